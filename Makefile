@@ -1,0 +1,33 @@
+# Two commands for a newcomer (see README.md):
+#   make run    set up, build, run the main example on the default model
+#   make test   set up, build, run the whole test suite
+PRESET ?= default
+MODEL  ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+.PHONY: run test setup build model fuzz clean
+
+run: build
+	./build/bin/hetero-inspect $(MODEL)
+
+test: build
+	ctest --preset $(PRESET)
+
+setup:
+	bash scripts/setup.sh
+
+model:
+	bash scripts/setup.sh --model
+
+build: setup
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET)
+
+# libFuzzer targets (clang). FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	cmake --preset fuzz
+	cmake --build --preset fuzz
+	bash scripts/run-fuzzers.sh $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build build-fuzz

@@ -1,0 +1,127 @@
+#include "src/runtime/cuda_module_loader.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "src/gpu/cuda_module_abi.h"
+
+namespace hetero {
+namespace {
+
+constexpr char kModuleFileName[] = "libhetero-cuda.so";
+constexpr int kMaxDevices = 64;
+
+bool EnvIsTrue(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// Directory of the shared object (or executable) this code was linked into.
+std::string OwnDirectory() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&OwnDirectory), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::weakly_canonical(info.dli_fname, ec);
+  if (ec) p = info.dli_fname;
+  return p.parent_path().string();
+}
+
+}  // namespace
+
+std::vector<std::string> CudaModuleCandidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("HETERO_CUDA_MODULE"); env != nullptr && *env != '\0') {
+    out.push_back(env);
+    return out;  // an explicit choice is the only candidate
+  }
+  const std::string dir = OwnDirectory();
+  if (!dir.empty()) {
+    out.push_back(absl::StrCat(dir, "/", kModuleFileName));
+    out.push_back(absl::StrCat(dir, "/../lib/", kModuleFileName));
+  }
+  out.push_back(kModuleFileName);  // LD_LIBRARY_PATH, rpath, system directories
+  return out;
+}
+
+CudaInfo LoadCudaModuleAndProbe() {
+  CudaInfo info;
+  if (EnvIsTrue("HETERO_DISABLE_CUDA")) {
+    info.notice = "CUDA disabled by HETERO_DISABLE_CUDA; running on the CPU only";
+    return info;
+  }
+  void* handle = nullptr;
+  std::string last_error;
+  for (const std::string& candidate : CudaModuleCandidates()) {
+    const bool is_path = candidate.find('/') != std::string::npos;
+    if (is_path && !std::filesystem::exists(candidate)) continue;
+    handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      info.module_path = candidate;
+      break;
+    }
+    const char* err = dlerror();
+    // A module that exists but fails to load is worth reporting; "not found" is not.
+    if (is_path && err != nullptr) last_error = err;
+  }
+  if (handle == nullptr) {
+    info.notice = last_error.empty()
+                      ? absl::StrCat("CUDA module ", kModuleFileName,
+                                     " not installed; running on the CPU only")
+                      : absl::StrCat("CUDA module failed to load (", last_error,
+                                     "); running on the CPU only");
+    return info;
+  }
+  info.module_found = true;
+  auto abi_version = reinterpret_cast<hetero_cuda_module_abi_version_fn>(
+      dlsym(handle, HETERO_CUDA_MODULE_ABI_VERSION_SYMBOL));
+  auto probe = reinterpret_cast<hetero_cuda_module_probe_fn>(
+      dlsym(handle, HETERO_CUDA_MODULE_PROBE_SYMBOL));
+  if (abi_version == nullptr || probe == nullptr) {
+    info.notice = absl::StrCat("CUDA module ", info.module_path,
+                               " lacks the hetero entry points; running on the CPU only");
+    return info;  // the handle stays open: unloading CUDA runtimes at run time is unsafe
+  }
+  if (abi_version() != HETERO_CUDA_MODULE_ABI_VERSION) {
+    info.notice = absl::StrCat("CUDA module ", info.module_path, " has ABI version ",
+                               abi_version(), ", this libhetero needs ",
+                               HETERO_CUDA_MODULE_ABI_VERSION, "; running on the CPU only");
+    return info;
+  }
+  hetero_cuda_probe_result result;
+  std::vector<hetero_cuda_device_desc> devices(kMaxDevices);
+  probe(&result, devices.data(), kMaxDevices);
+  result.message[sizeof(result.message) - 1] = '\0';
+  info.driver_version = result.driver_version;
+  info.runtime_version = result.runtime_version;
+  switch (result.status) {
+    case HETERO_CUDA_PROBE_OK:
+      for (int i = 0; i < result.device_count && i < kMaxDevices; ++i) {
+        const hetero_cuda_device_desc& d = devices[i];
+        CudaDeviceInfo dev;
+        dev.index = i;
+        dev.name = std::string(d.name, strnlen(d.name, sizeof(d.name)));
+        dev.compute_capability_major = d.compute_capability_major;
+        dev.compute_capability_minor = d.compute_capability_minor;
+        dev.total_memory_bytes = d.total_memory_bytes;
+        dev.multiprocessor_count = d.multiprocessor_count;
+        info.devices.push_back(std::move(dev));
+      }
+      info.available = !info.devices.empty();
+      info.notice = result.message;
+      break;
+    case HETERO_CUDA_PROBE_NO_DEVICE:
+      info.notice = absl::StrCat("no CUDA device (", result.message, "); running on the CPU only");
+      break;
+    default:
+      info.notice = absl::StrCat("CUDA error (", result.message, "); running on the CPU only");
+      break;
+  }
+  return info;
+}
+
+}  // namespace hetero

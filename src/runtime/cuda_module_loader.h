@@ -1,0 +1,22 @@
+// Finds and loads the CUDA backend module (libhetero-cuda.so) at run time.
+#ifndef HETERO_RUNTIME_CUDA_MODULE_LOADER_H_
+#define HETERO_RUNTIME_CUDA_MODULE_LOADER_H_
+
+#include <string>
+#include <vector>
+
+#include "hetero/devices.h"
+
+namespace hetero {
+
+// Search order: $HETERO_CUDA_MODULE (a path), then the directory holding libhetero (or the
+// executable, for static builds) and its ../lib, then the dynamic loader's own search.
+// $HETERO_DISABLE_CUDA=1 skips the module. Never fails: problems land in `notice`.
+CudaInfo LoadCudaModuleAndProbe();
+
+// Candidate paths in search order (exposed for tests).
+std::vector<std::string> CudaModuleCandidates();
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_CUDA_MODULE_LOADER_H_

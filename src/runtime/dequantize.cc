@@ -1,0 +1,319 @@
+// Block layouts and arithmetic follow ggml's reference dequantizers exactly, including the
+// order of float operations, so results are bit-identical. This file is compiled with
+// -ffp-contract=off: a fused multiply-add would round differently.
+#include "src/runtime/dequantize.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/fp16.h"
+
+namespace hetero {
+namespace {
+
+constexpr int kQK = 32;
+constexpr int kQK_K = 256;
+
+inline float ReadFp16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return Fp16ToFp32(h);
+}
+
+using BlockDequantizer = void (*)(const uint8_t* block, float* y);
+
+// F32, F16 and BF16 are "blocks" of one element.
+void DequantF32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
+void DequantF16(const uint8_t* b, float* y) { y[0] = ReadFp16(b); }
+void DequantBF16(const uint8_t* b, float* y) {
+  uint16_t v;
+  std::memcpy(&v, b, 2);
+  y[0] = Bf16ToFp32(v);
+}
+
+// Q4_0: { f16 d; u8 qs[16] }, low nibbles are elements 0..15, high nibbles 16..31.
+void DequantQ4_0(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int x0 = (qs[j] & 0x0F) - 8;
+    const int x1 = (qs[j] >> 4) - 8;
+    y[j] = x0 * d;
+    y[j + kQK / 2] = x1 * d;
+  }
+}
+
+// Q4_1: { f16 d; f16 m; u8 qs[16] }.
+void DequantQ4_1(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const float m = ReadFp16(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const int x0 = qs[j] & 0x0F;
+    const int x1 = qs[j] >> 4;
+    y[j] = x0 * d + m;
+    y[j + kQK / 2] = x1 * d + m;
+  }
+}
+
+// Q5_0: { f16 d; u8 qh[4]; u8 qs[16] }, qh holds the fifth bit of each element.
+void DequantQ5_0(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  uint32_t qh;
+  std::memcpy(&qh, b + 2, 4);
+  const uint8_t* qs = b + 6;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const uint8_t xh0 = ((qh >> j) << 4) & 0x10;
+    const uint8_t xh1 = (qh >> (j + 12)) & 0x10;
+    const int x0 = ((qs[j] & 0x0F) | xh0) - 16;
+    const int x1 = ((qs[j] >> 4) | xh1) - 16;
+    y[j] = x0 * d;
+    y[j + kQK / 2] = x1 * d;
+  }
+}
+
+// Q5_1: { f16 d; f16 m; u8 qh[4]; u8 qs[16] }.
+void DequantQ5_1(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const float m = ReadFp16(b + 2);
+  uint32_t qh;
+  std::memcpy(&qh, b + 4, 4);
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const uint8_t xh0 = ((qh >> j) << 4) & 0x10;
+    const uint8_t xh1 = (qh >> (j + 12)) & 0x10;
+    const int x0 = (qs[j] & 0x0F) | xh0;
+    const int x1 = (qs[j] >> 4) | xh1;
+    y[j] = x0 * d + m;
+    y[j + kQK / 2] = x1 * d + m;
+  }
+}
+
+// Q8_0: { f16 d; i8 qs[32] }.
+void DequantQ8_0(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+  for (int j = 0; j < kQK; ++j) y[j] = qs[j] * d;
+}
+
+// Q2_K: { u8 scales[16]; u8 qs[64]; f16 d; f16 dmin }: 16 groups of 16, each with a 4-bit
+// scale and a 4-bit min; 2-bit quants.
+void DequantQ2_K(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* q = b + 16;
+  const float d = ReadFp16(b + 16 + 64);
+  const float dmin = ReadFp16(b + 16 + 64 + 2);
+  int is = 0;
+  for (int n = 0; n < kQK_K; n += 128) {
+    int shift = 0;
+    for (int j = 0; j < 4; ++j) {
+      uint8_t sc = scales[is++];
+      float dl = d * (sc & 0x0F);
+      float ml = dmin * (sc >> 4);
+      for (int l = 0; l < 16; ++l) *y++ = dl * ((q[l] >> shift) & 3) - ml;
+      sc = scales[is++];
+      dl = d * (sc & 0x0F);
+      ml = dmin * (sc >> 4);
+      for (int l = 0; l < 16; ++l) *y++ = dl * ((q[l + 16] >> shift) & 3) - ml;
+      shift += 2;
+    }
+    q += 32;
+  }
+}
+
+// Q3_K: { u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d }: 16 groups with 6-bit signed
+// scales packed in 12 bytes; 2 low bits in qs plus a high bit in hmask (set means +0,
+// clear means -4).
+void DequantQ3_K(const uint8_t* b, float* y) {
+  const uint8_t* hm = b;
+  const uint8_t* q = b + 32;
+  const float d_all = ReadFp16(b + 32 + 64 + 12);
+  constexpr uint32_t kMask1 = 0x03030303;
+  constexpr uint32_t kMask2 = 0x0f0f0f0f;
+  uint32_t aux[4];
+  std::memcpy(aux, b + 32 + 64, 12);
+  const uint32_t tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
+  aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
+  aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
+  int8_t scales[16];
+  std::memcpy(scales, aux, 16);
+  int is = 0;
+  uint8_t m = 1;
+  for (int n = 0; n < kQK_K; n += 128) {
+    int shift = 0;
+    for (int j = 0; j < 4; ++j) {
+      float dl = d_all * (scales[is++] - 32);
+      for (int l = 0; l < 16; ++l) {
+        *y++ = dl * (static_cast<int8_t>((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+      }
+      dl = d_all * (scales[is++] - 32);
+      for (int l = 0; l < 16; ++l) {
+        *y++ = dl * (static_cast<int8_t>((q[l + 16] >> shift) & 3) - ((hm[l + 16] & m) ? 0 : 4));
+      }
+      shift += 2;
+      m <<= 1;
+    }
+    q += 32;
+  }
+}
+
+// The 8 6-bit scales and mins of Q4_K/Q5_K, packed in 12 bytes.
+inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }: 8 groups of 32.
+void DequantQ4_K(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const float dmin = ReadFp16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  int is = 0;
+  for (int j = 0; j < kQK_K; j += 64) {
+    uint8_t sc, mn;
+    ScaleMinK4(is + 0, scales, &sc, &mn);
+    const float d1 = d * sc;
+    const float m1 = dmin * mn;
+    ScaleMinK4(is + 1, scales, &sc, &mn);
+    const float d2 = d * sc;
+    const float m2 = dmin * mn;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0x0F) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+    q += 32;
+    is += 2;
+  }
+}
+
+// Q5_K: { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }.
+void DequantQ5_K(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const float dmin = ReadFp16(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  int is = 0;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < kQK_K; j += 64) {
+    uint8_t sc, mn;
+    ScaleMinK4(is + 0, scales, &sc, &mn);
+    const float d1 = d * sc;
+    const float m1 = dmin * mn;
+    ScaleMinK4(is + 1, scales, &sc, &mn);
+    const float d2 = d * sc;
+    const float m2 = dmin * mn;
+    for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0x0F) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    ql += 32;
+    is += 2;
+    u1 <<= 2;
+    u2 <<= 2;
+  }
+}
+
+// Q6_K: { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }: 16 groups of 16, 6-bit quants.
+void DequantQ6_K(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 128 + 64);
+  const float d = ReadFp16(b + 128 + 64 + 16);
+  for (int n = 0; n < kQK_K; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int8_t q1 = static_cast<int8_t>((ql[l + 0] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int8_t q2 = static_cast<int8_t>((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int8_t q3 = static_cast<int8_t>((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int8_t q4 = static_cast<int8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l + 0] = d * sc[is + 0] * q1;
+      y[l + 32] = d * sc[is + 2] * q2;
+      y[l + 64] = d * sc[is + 4] * q3;
+      y[l + 96] = d * sc[is + 6] * q4;
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+// Q8_K: { f32 d; i8 qs[256]; i16 bsums[16] } (bsums only speed up dot products).
+void DequantQ8_K(const uint8_t* b, float* y) {
+  float d;
+  std::memcpy(&d, b, 4);
+  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 4);
+  for (int j = 0; j < kQK_K; ++j) y[j] = d * qs[j];
+}
+
+BlockDequantizer FindDequantizer(TensorType type) {
+  switch (type) {
+    case TensorType::kF32: return DequantF32;
+    case TensorType::kF16: return DequantF16;
+    case TensorType::kBF16: return DequantBF16;
+    case TensorType::kQ4_0: return DequantQ4_0;
+    case TensorType::kQ4_1: return DequantQ4_1;
+    case TensorType::kQ5_0: return DequantQ5_0;
+    case TensorType::kQ5_1: return DequantQ5_1;
+    case TensorType::kQ8_0: return DequantQ8_0;
+    case TensorType::kQ2_K: return DequantQ2_K;
+    case TensorType::kQ3_K: return DequantQ3_K;
+    case TensorType::kQ4_K: return DequantQ4_K;
+    case TensorType::kQ5_K: return DequantQ5_K;
+    case TensorType::kQ6_K: return DequantQ6_K;
+    case TensorType::kQ8_K: return DequantQ8_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Span<float> dst) {
+  const TensorTypeTraits* traits = FindTensorTypeTraits(static_cast<uint32_t>(type));
+  if (traits == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown tensor type id ", static_cast<uint32_t>(type)));
+  }
+  BlockDequantizer dequant = FindDequantizer(type);
+  if (dequant == nullptr) {
+    return absl::UnimplementedError(
+        absl::StrCat("weight type ", traits->name, " is not supported by hetero (supported: ",
+                     DequantizableTypeList(), ")"));
+  }
+  if (dst.size() % traits->block_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dst.size(), " elements is not a multiple of ",
+                                                   traits->name, "'s block size ",
+                                                   traits->block_size));
+  }
+  const size_t n_blocks = dst.size() / traits->block_size;
+  if (src.size() != n_blocks * traits->type_size) {
+    return absl::InvalidArgumentError(absl::StrCat(dst.size(), " ", traits->name, " elements need ",
+                                                   n_blocks * traits->type_size, " bytes, got ",
+                                                   src.size()));
+  }
+  const uint8_t* block = src.data();
+  float* out = dst.data();
+  for (size_t i = 0; i < n_blocks; ++i) {
+    dequant(block, out);
+    block += traits->type_size;
+    out += traits->block_size;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DequantizeTensor(const GgufTensorInfo& tensor, absl::Span<float> dst) {
+  if (dst.size() != tensor.n_elements) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.name, "' has ",
+                                                   tensor.n_elements, " elements, destination holds ",
+                                                   dst.size()));
+  }
+  absl::Status status = Dequantize(tensor.type, tensor.data, dst);
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("tensor '", tensor.name, "': ", status.message()));
+}
+
+}  // namespace hetero

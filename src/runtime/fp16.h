@@ -1,0 +1,78 @@
+// IEEE binary16 and bfloat16 <-> binary32 conversions, exact and portable (no F16C needed),
+// used by the dequantizers and by tests that write model files.
+#ifndef HETERO_RUNTIME_FP16_H_
+#define HETERO_RUNTIME_FP16_H_
+
+#include <cstdint>
+#include <cstring>
+
+namespace hetero {
+
+inline float BitsToFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+inline uint32_t FloatToBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// Exact: every binary16 value (subnormals, infinities, NaN payloads) is representable.
+inline float Fp16ToFp32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) return BitsToFloat(sign | 0x7F800000u | (mantissa << 13));  // inf, NaN
+  if (exponent != 0) return BitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (mantissa == 0) return BitsToFloat(sign);  // signed zero
+  // Subnormal: normalise the mantissa.
+  uint32_t e = 113;
+  while ((mantissa & 0x400u) == 0) {
+    mantissa <<= 1;
+    --e;
+  }
+  return BitsToFloat(sign | (e << 23) | ((mantissa & 0x3FFu) << 13));
+}
+
+// Round to nearest, ties to even; overflow gives infinity; NaN stays NaN (quiet).
+inline uint16_t Fp32ToFp16(float f) {
+  const uint32_t bits = FloatToBits(f);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));
+  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520
+  if (abs < 0x38800000u) {
+    // Result is subnormal or zero: value = abs_float * 2^24 rounded to an integer.
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to zero
+    const uint32_t exponent = abs >> 23;
+    const uint32_t mantissa = (abs & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;  // 14..24
+    uint32_t q = mantissa >> shift;
+    const uint32_t rem = mantissa & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  // Normal: rebias the exponent and round the mantissa from 23 to 10 bits.
+  uint32_t h = ((abs >> 13) - (112u << 10));
+  const uint32_t rem = abs & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+inline float Bf16ToFp32(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+
+// Round to nearest even, NaN kept quiet (as ggml does).
+inline uint16_t Fp32ToBf16(float f) {
+  uint32_t bits = FloatToBits(f);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_FP16_H_
