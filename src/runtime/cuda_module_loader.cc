@@ -54,9 +54,17 @@ CudaInfo LoadCudaModuleAndProbe() {
     info.notice = "CUDA disabled by HETERO_DISABLE_CUDA; running on the CPU only";
     return info;
   }
+  const std::vector<std::string> candidates = CudaModuleCandidates();
+  const char* explicit_module = std::getenv("HETERO_CUDA_MODULE");
+  if (explicit_module != nullptr && *explicit_module != '\0' &&
+      !std::filesystem::exists(explicit_module)) {
+    info.notice = absl::StrCat("HETERO_CUDA_MODULE=", explicit_module,
+                               " does not exist; running on the CPU only");
+    return info;
+  }
   void* handle = nullptr;
   std::string last_error;
-  for (const std::string& candidate : CudaModuleCandidates()) {
+  for (const std::string& candidate : candidates) {
     const bool is_path = candidate.find('/') != std::string::npos;
     if (is_path && !std::filesystem::exists(candidate)) continue;
     handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -1,0 +1,264 @@
+// ModelConfig from metadata and the tensor checks, on tiny models the tests write, and
+// on the default model when it is present.
+#include <cstdlib>
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/model.h"
+#include "src/runtime/model_config.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/tiny_model.h"
+
+namespace hetero {
+namespace {
+
+using ::hetero::testing::StatusIs;
+using ::hetero::testing::TinyModelBuilder;
+using ::hetero::testing::TinyModelOptions;
+using ::hetero::testing::WriteTempFile;
+using ::hetero::testing::WriteTinyModel;
+using ::testing::HasSubstr;
+
+absl::StatusOr<std::unique_ptr<Model>> LoadTiny(const TinyModelOptions& options, const std::string& name) {
+  return Model::Load(WriteTinyModel(options, name));
+}
+
+TEST(ModelConfigTest, TinyLlama) {
+  TinyModelOptions o;
+  o.n_layers = 3;
+  o.n_embd = 48;
+  o.n_heads = 6;
+  o.n_kv_heads = 2;
+  o.n_ff = 80;
+  o.n_vocab = 77;
+  o.context_length = 512;
+  o.rope_freq_base = 500000.0f;
+  o.rms_norm_eps = 1e-6f;
+  auto model = LoadTiny(o, "tiny_llama.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.name, "tiny-llama");
+  EXPECT_EQ(c.n_layers, 3);
+  EXPECT_EQ(c.n_embd, 48);
+  EXPECT_EQ(c.n_heads, 6);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.head_dim_v, 8);
+  EXPECT_EQ(c.rope_dim, 8);
+  EXPECT_EQ(c.n_ff, 80);
+  EXPECT_EQ(c.n_vocab, 77);
+  EXPECT_EQ(c.context_length, 512);
+  EXPECT_EQ(c.rope_freq_base, 500000.0f);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6f);
+  EXPECT_EQ(c.rope_style, RopeStyle::kNormal);
+  EXPECT_EQ(c.rope_scaling, RopeScaling::kNone);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_TRUE((*model)->unused_tensors().empty());
+  // 2 + 9 per layer.
+  EXPECT_EQ((*model)->tensors().size(), 2u + 9u * 3u);
+  uint64_t params = 0;
+  for (const TensorSummary& t : (*model)->tensors()) params += t.n_elements;
+  EXPECT_EQ((*model)->parameter_count(), params);
+  EXPECT_EQ((*model)->gguf_version(), 3u);
+}
+
+TEST(ModelConfigTest, TinyQwen2HasBiasesAndNeoxRope) {
+  TinyModelOptions o;
+  o.architecture = "qwen2";
+  o.tied_embeddings = false;
+  o.weight_type = TensorType::kF16;
+  auto model = LoadTiny(o, "tiny_qwen2.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  EXPECT_EQ(c.architecture, "qwen2");
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.tied_embeddings);
+}
+
+TEST(ModelConfigTest, MissingTensorIsNamed) {
+  TinyModelOptions o;
+  o.omit_tensors = {"blk.1.ffn_up.weight"};
+  EXPECT_THAT(LoadTiny(o, "missing_tensor.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tensor 'blk.1.ffn_up.weight' is missing")));
+  TinyModelOptions q;
+  q.architecture = "qwen2";
+  q.omit_tensors = {"blk.0.attn_k.bias"};
+  EXPECT_THAT(LoadTiny(q, "missing_bias.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'blk.0.attn_k.bias' is missing")));
+}
+
+TEST(ModelConfigTest, WrongShapeIsNamed) {
+  TinyModelOptions o;
+  o.shape_overrides["blk.0.attn_k.weight"] = {64, 64};
+  EXPECT_THAT(LoadTiny(o, "wrong_shape.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor 'blk.0.attn_k.weight' has shape [64, 64], expected [64, 32]")));
+  TinyModelOptions n;
+  n.shape_overrides["output_norm.weight"] = {64, 1};
+  EXPECT_THAT(LoadTiny(n, "wrong_norm.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'output_norm.weight' has shape [64, 1]")));
+}
+
+TEST(ModelConfigTest, MissingKeyIsNamed) {
+  TinyModelOptions o;
+  o.omit_keys = {"block_count"};
+  EXPECT_THAT(LoadTiny(o, "missing_key.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("'llama.block_count' is missing")));
+  TinyModelOptions e;
+  e.omit_keys = {"attention.layer_norm_rms_epsilon"};
+  EXPECT_THAT(LoadTiny(e, "missing_eps.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("layer_norm_rms_epsilon")));
+}
+
+TEST(ModelConfigTest, OptionalKeysHaveDefaults) {
+  TinyModelOptions o;
+  o.n_kv_heads = o.n_heads;
+  o.omit_keys = {"attention.head_count_kv", "rope.freq_base", "vocab_size"};
+  auto model = LoadTiny(o, "defaults.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().n_kv_heads, o.n_heads);
+  EXPECT_EQ((*model)->config().rope_freq_base, 10000.0f);
+  EXPECT_EQ((*model)->config().n_vocab, o.n_vocab);
+}
+
+TEST(ModelConfigTest, UnsupportedArchitecture) {
+  testing::GgufBuilder b;
+  b.AddString("general.architecture", "gemma");
+  EXPECT_THAT(Model::Load(WriteTempFile(b.Build(), "gemma.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("architecture 'gemma' is not supported")));
+  testing::GgufBuilder none;
+  EXPECT_THAT(Model::Load(WriteTempFile(none.Build(), "no_arch.gguf")),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("general.architecture")));
+}
+
+TEST(ModelConfigTest, InconsistentHyperparameters) {
+  TinyModelOptions heads;
+  heads.n_heads = 4;
+  heads.n_kv_heads = 3;
+  EXPECT_THAT(LoadTiny(heads, "bad_heads.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a multiple of 3 key/value heads")));
+  // The metadata says 100 tokens, the embedding has 99 rows.
+  TinyModelOptions v;
+  v.shape_overrides["token_embd.weight"] = {64, 99};
+  EXPECT_THAT(LoadTiny(v, "bad_vocab.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocab_size is 100 but token_embd.weight has 99")));
+  TinyModelOptions zero;
+  zero.n_layers = 0;
+  EXPECT_THAT(LoadTiny(zero, "zero_layers.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'llama.block_count' is 0")));
+}
+
+TEST(ModelConfigTest, UnsupportedWeightTypeIsNamed) {
+  TinyModelOptions o;
+  o.omit_tensors = {"blk.0.attn_q.weight"};
+  // A 64 x 64 IQ4_NL matrix: 32-element blocks of 18 bytes.
+  testing::GgufBuilder right = TinyModelBuilder(o);
+  right.AddTensor("blk.0.attn_q.weight", {64, 64}, TensorType::kIQ4_NL, std::vector<uint8_t>(64 * 2 * 18, 7));
+  EXPECT_THAT(Model::Load(WriteTempFile(right.Build(), "iq4nl.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       HasSubstr("tensor 'blk.0.attn_q.weight' has weight type IQ4_NL, which hetero does not support")));
+}
+
+TEST(ModelConfigTest, MixtureOfExpertsIsRejected) {
+  testing::GgufBuilder b = TinyModelBuilder(TinyModelOptions{});
+  b.AddUint32("llama.expert_count", 8);
+  EXPECT_THAT(Model::Load(WriteTempFile(b.Build(), "moe.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("mixture-of-experts")));
+}
+
+TEST(ModelConfigTest, RopeScaling) {
+  testing::GgufBuilder linear = TinyModelBuilder(TinyModelOptions{});
+  linear.AddString("llama.rope.scaling.type", "linear").AddFloat32("llama.rope.scaling.factor", 4.0f);
+  auto model = Model::Load(WriteTempFile(linear.Build(), "rope_linear.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().rope_scaling, RopeScaling::kLinear);
+  EXPECT_EQ((*model)->config().rope_scaling_factor, 4.0f);
+
+  testing::GgufBuilder legacy = TinyModelBuilder(TinyModelOptions{});
+  legacy.AddFloat32("llama.rope.scale_linear", 2.0f);
+  model = Model::Load(WriteTempFile(legacy.Build(), "rope_legacy.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().rope_scaling, RopeScaling::kLinear);
+  EXPECT_EQ((*model)->config().rope_scaling_factor, 2.0f);
+
+  testing::GgufBuilder yarn = TinyModelBuilder(TinyModelOptions{});
+  yarn.AddString("llama.rope.scaling.type", "yarn").AddFloat32("llama.rope.scaling.factor", 4.0f);
+  EXPECT_THAT(Model::Load(WriteTempFile(yarn.Build(), "rope_yarn.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("rope scaling type 'yarn'")));
+}
+
+TEST(ModelConfigTest, PerLayerHeadCounts) {
+  TinyModelOptions o;
+  o.omit_keys = {"attention.head_count_kv"};
+  testing::GgufBuilder uniform = TinyModelBuilder(o);
+  uniform.AddInt32Array("llama.attention.head_count_kv", {2, 2});
+  auto model = Model::Load(WriteTempFile(uniform.Build(), "kv_array.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().n_kv_heads, 2);
+
+  testing::GgufBuilder varying = TinyModelBuilder(o);
+  varying.AddInt32Array("llama.attention.head_count_kv", {2, 4});
+  EXPECT_THAT(Model::Load(WriteTempFile(varying.Build(), "kv_varying.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("varies per layer")));
+}
+
+TEST(ModelConfigTest, ExtraTensorsAreReportedNotRejected) {
+  testing::GgufBuilder b = TinyModelBuilder(TinyModelOptions{});
+  b.AddTensorF32("blk.0.mystery.weight", {4}, {1, 2, 3, 4});
+  auto model = Model::Load(WriteTempFile(b.Build(), "extra.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_THAT((*model)->unused_tensors(), ::testing::ElementsAre("blk.0.mystery.weight"));
+}
+
+TEST(ModelPathTest, LookupOrder) {
+  const std::string tiny = WriteTinyModel(TinyModelOptions{}, "lookup.gguf");
+  ::unsetenv("HETERO_MODEL");
+  EXPECT_EQ(*ResolveModelPath(tiny), tiny);
+  EXPECT_THAT(ResolveModelPath("/no/such/model.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("'/no/such/model.gguf' (the given path) not found")));
+  ::setenv("HETERO_MODEL", tiny.c_str(), 1);
+  EXPECT_EQ(*ResolveModelPath(""), tiny);
+  EXPECT_THAT(ResolveModelPath("/explicit/wins.gguf"),  // an explicit path beats the variable
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("'/explicit/wins.gguf' (the given path)")));
+  ::setenv("HETERO_MODEL", "/no/such/env.gguf", 1);
+  EXPECT_THAT(ResolveModelPath(""), StatusIs(absl::StatusCode::kNotFound, HasSubstr("($HETERO_MODEL)")));
+  ::unsetenv("HETERO_MODEL");
+  absl::StatusOr<std::string> fallback = ResolveModelPath("");
+  if (std::filesystem::exists(kDefaultModelPath)) {
+    EXPECT_EQ(*fallback, kDefaultModelPath);
+  } else {
+    EXPECT_THAT(fallback, StatusIs(absl::StatusCode::kNotFound, HasSubstr("scripts/setup.sh --model")));
+  }
+}
+
+TEST(ModelConfigTest, DefaultModel) {
+  if (!std::filesystem::exists(kDefaultModelPath)) {
+    GTEST_SKIP() << "default model not present at " << kDefaultModelPath
+                 << " (run `bash scripts/setup.sh --model`)";
+  }
+  auto model = Model::Load(kDefaultModelPath);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelConfig& c = (*model)->config();
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.n_layers, 30);
+  EXPECT_EQ(c.n_embd, 576);
+  EXPECT_EQ(c.n_heads, 9);
+  EXPECT_EQ(c.n_kv_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.n_ff, 1536);
+  EXPECT_EQ(c.n_vocab, 49152);
+  EXPECT_EQ(c.context_length, 8192);
+  EXPECT_EQ(c.rope_freq_base, 100000.0f);
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ((*model)->tensors().size(), 272u);
+  EXPECT_EQ((*model)->parameter_count(), 134515008u);
+  EXPECT_TRUE((*model)->unused_tensors().empty());
+}
+
+}  // namespace
+}  // namespace hetero

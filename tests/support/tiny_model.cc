@@ -1,0 +1,102 @@
+#include "tests/support/tiny_model.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/fp16.h"
+
+namespace hetero::testing {
+namespace {
+
+class TensorWriter {
+ public:
+  TensorWriter(GgufBuilder& builder, const TinyModelOptions& options)
+      : builder_(builder), options_(options), rng_(options.seed) {}
+
+  // Values are mean + N(0, scale); matrices take the options' weight type, the rest F32.
+  void Add(const std::string& name, std::vector<int64_t> dims, bool is_matrix, float mean,
+           float scale) {
+    if (options_.omit_tensors.contains(name)) return;
+    if (auto it = options_.shape_overrides.find(name); it != options_.shape_overrides.end()) {
+      dims = it->second;
+    }
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> values(static_cast<size_t>(n));
+    for (float& v : values) v = mean + dist(rng_);
+    if (is_matrix && options_.weight_type == TensorType::kF16) {
+      std::vector<uint8_t> data(values.size() * 2);
+      for (size_t i = 0; i < values.size(); ++i) {
+        const uint16_t h = Fp32ToFp16(values[i]);
+        std::memcpy(data.data() + 2 * i, &h, 2);
+      }
+      builder_.AddTensor(name, std::move(dims), TensorType::kF16, std::move(data));
+    } else {
+      builder_.AddTensorF32(name, std::move(dims), values);
+    }
+  }
+
+ private:
+  GgufBuilder& builder_;
+  const TinyModelOptions& options_;
+  std::mt19937 rng_;
+};
+
+}  // namespace
+
+GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
+  GgufBuilder b;
+  const std::string p = o.architecture + ".";
+  auto add_u32 = [&](const std::string& key, uint32_t v) {
+    if (!o.omit_keys.contains(key)) b.AddUint32(p + key, v);
+  };
+  auto add_f32 = [&](const std::string& key, float v) {
+    if (!o.omit_keys.contains(key)) b.AddFloat32(p + key, v);
+  };
+  b.AddString("general.architecture", o.architecture);
+  b.AddString("general.name", "tiny-" + o.architecture);
+  add_u32("block_count", o.n_layers);
+  add_u32("context_length", o.context_length);
+  add_u32("embedding_length", o.n_embd);
+  add_u32("feed_forward_length", o.n_ff);
+  add_u32("attention.head_count", o.n_heads);
+  add_u32("attention.head_count_kv", o.n_kv_heads);
+  add_f32("rope.freq_base", o.rope_freq_base);
+  add_f32("attention.layer_norm_rms_epsilon", o.rms_norm_eps);
+  add_u32("vocab_size", o.n_vocab);
+
+  const int64_t embd = o.n_embd;
+  const int64_t head_dim = o.n_embd / o.n_heads;
+  const int64_t q_dim = o.n_heads * head_dim;
+  const int64_t kv_dim = o.n_kv_heads * head_dim;
+  const float w = 0.02f;
+  TensorWriter t(b, o);
+  t.Add("token_embd.weight", {embd, o.n_vocab}, true, 0.0f, w);
+  t.Add("output_norm.weight", {embd}, false, 1.0f, 0.1f);
+  if (!o.tied_embeddings) t.Add("output.weight", {embd, o.n_vocab}, true, 0.0f, w);
+  for (int i = 0; i < o.n_layers; ++i) {
+    const std::string l = absl::StrCat("blk.", i, ".");
+    t.Add(l + "attn_norm.weight", {embd}, false, 1.0f, 0.1f);
+    t.Add(l + "attn_q.weight", {embd, q_dim}, true, 0.0f, w);
+    t.Add(l + "attn_k.weight", {embd, kv_dim}, true, 0.0f, w);
+    t.Add(l + "attn_v.weight", {embd, kv_dim}, true, 0.0f, w);
+    if (o.architecture == "qwen2") {
+      t.Add(l + "attn_q.bias", {q_dim}, false, 0.0f, w);
+      t.Add(l + "attn_k.bias", {kv_dim}, false, 0.0f, w);
+      t.Add(l + "attn_v.bias", {kv_dim}, false, 0.0f, w);
+    }
+    t.Add(l + "attn_output.weight", {q_dim, embd}, true, 0.0f, w);
+    t.Add(l + "ffn_norm.weight", {embd}, false, 1.0f, 0.1f);
+    t.Add(l + "ffn_gate.weight", {embd, o.n_ff}, true, 0.0f, w);
+    t.Add(l + "ffn_up.weight", {embd, o.n_ff}, true, 0.0f, w);
+    t.Add(l + "ffn_down.weight", {o.n_ff, embd}, true, 0.0f, w);
+  }
+  return b;
+}
+
+std::string WriteTinyModel(const TinyModelOptions& options, const std::string& file_name) {
+  return WriteTempFile(TinyModelBuilder(options).Build(), file_name);
+}
+
+}  // namespace hetero::testing
