@@ -20,7 +20,8 @@ inline float ReadFp16(const uint8_t* p) {
   return Fp16ToFp32(h);
 }
 
-using BlockDequantizer = void (*)(const uint8_t* block, float* y);
+// Dequantizes `n_blocks` consecutive blocks.
+using RowDequantizer = void (*)(const uint8_t* blocks, size_t n_blocks, float* y);
 
 // F32, F16 and BF16 are "blocks" of one element.
 void DequantF32(const uint8_t* b, float* y) { std::memcpy(y, b, 4); }
@@ -251,22 +252,32 @@ void DequantQ8_K(const uint8_t* b, float* y) {
   for (int j = 0; j < kQK_K; ++j) y[j] = d * qs[j];
 }
 
-BlockDequantizer FindDequantizer(TensorType type) {
+// The block function is a template argument so it is inlined into the loop (the one-
+// element "blocks" of F16/BF16 then vectorize).
+template <void (*kBlock)(const uint8_t*, float*), TensorType kType>
+void DequantRows(const uint8_t* blocks, size_t n_blocks, float* y) {
+  constexpr TensorTypeTraits kTraits = GetTensorTypeTraits(kType);
+  for (size_t i = 0; i < n_blocks; ++i) {
+    kBlock(blocks + i * kTraits.type_size, y + i * kTraits.block_size);
+  }
+}
+
+RowDequantizer FindDequantizer(TensorType type) {
   switch (type) {
-    case TensorType::kF32: return DequantF32;
-    case TensorType::kF16: return DequantF16;
-    case TensorType::kBF16: return DequantBF16;
-    case TensorType::kQ4_0: return DequantQ4_0;
-    case TensorType::kQ4_1: return DequantQ4_1;
-    case TensorType::kQ5_0: return DequantQ5_0;
-    case TensorType::kQ5_1: return DequantQ5_1;
-    case TensorType::kQ8_0: return DequantQ8_0;
-    case TensorType::kQ2_K: return DequantQ2_K;
-    case TensorType::kQ3_K: return DequantQ3_K;
-    case TensorType::kQ4_K: return DequantQ4_K;
-    case TensorType::kQ5_K: return DequantQ5_K;
-    case TensorType::kQ6_K: return DequantQ6_K;
-    case TensorType::kQ8_K: return DequantQ8_K;
+    case TensorType::kF32: return DequantRows<DequantF32, TensorType::kF32>;
+    case TensorType::kF16: return DequantRows<DequantF16, TensorType::kF16>;
+    case TensorType::kBF16: return DequantRows<DequantBF16, TensorType::kBF16>;
+    case TensorType::kQ4_0: return DequantRows<DequantQ4_0, TensorType::kQ4_0>;
+    case TensorType::kQ4_1: return DequantRows<DequantQ4_1, TensorType::kQ4_1>;
+    case TensorType::kQ5_0: return DequantRows<DequantQ5_0, TensorType::kQ5_0>;
+    case TensorType::kQ5_1: return DequantRows<DequantQ5_1, TensorType::kQ5_1>;
+    case TensorType::kQ8_0: return DequantRows<DequantQ8_0, TensorType::kQ8_0>;
+    case TensorType::kQ2_K: return DequantRows<DequantQ2_K, TensorType::kQ2_K>;
+    case TensorType::kQ3_K: return DequantRows<DequantQ3_K, TensorType::kQ3_K>;
+    case TensorType::kQ4_K: return DequantRows<DequantQ4_K, TensorType::kQ4_K>;
+    case TensorType::kQ5_K: return DequantRows<DequantQ5_K, TensorType::kQ5_K>;
+    case TensorType::kQ6_K: return DequantRows<DequantQ6_K, TensorType::kQ6_K>;
+    case TensorType::kQ8_K: return DequantRows<DequantQ8_K, TensorType::kQ8_K>;
     default: return nullptr;
   }
 }
@@ -278,7 +289,7 @@ absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Sp
   if (traits == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("unknown tensor type id ", static_cast<uint32_t>(type)));
   }
-  BlockDequantizer dequant = FindDequantizer(type);
+  RowDequantizer dequant = FindDequantizer(type);
   if (dequant == nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("weight type ", traits->name, " is not supported by hetero (supported: ",
@@ -295,13 +306,7 @@ absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Sp
                                                    n_blocks * traits->type_size, " bytes, got ",
                                                    src.size()));
   }
-  const uint8_t* block = src.data();
-  float* out = dst.data();
-  for (size_t i = 0; i < n_blocks; ++i) {
-    dequant(block, out);
-    block += traits->type_size;
-    out += traits->block_size;
-  }
+  dequant(src.data(), n_blocks, dst.data());
   return absl::OkStatus();
 }
 

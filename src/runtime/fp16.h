@@ -21,20 +21,19 @@ inline uint32_t FloatToBits(float f) {
 }
 
 // Exact: every binary16 value (subnormals, infinities, NaN payloads) is representable.
+// Rebiases the exponent with integer arithmetic and normalises subnormals with one exact
+// float subtraction; all three cases are computed and selected without branches, so
+// loops over it vectorize.
 inline float Fp16ToFp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) return BitsToFloat(sign | 0x7F800000u | (mantissa << 13));  // inf, NaN
-  if (exponent != 0) return BitsToFloat(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  if (mantissa == 0) return BitsToFloat(sign);  // signed zero
-  // Subnormal: normalise the mantissa.
-  uint32_t e = 113;
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    --e;
-  }
-  return BitsToFloat(sign | (e << 23) | ((mantissa & 0x3FFu) << 13));
+  constexpr uint32_t kExponentMask = 0x7C00u << 13;  // binary16 exponent, shifted into place
+  const uint32_t bits = static_cast<uint32_t>(h & 0x7FFFu) << 13;
+  const uint32_t exponent = bits & kExponentMask;
+  const uint32_t normal = bits + ((127 - 15) << 23);      // rebiased exponent
+  const uint32_t inf_nan = normal + ((128 - 16) << 23);   // exponent all ones
+  // Subnormal or zero: 2^-14 * (1 + m/1024) - 2^-14 = m * 2^-24, exactly.
+  const uint32_t subnormal = FloatToBits(BitsToFloat(normal + (1u << 23)) - BitsToFloat(113u << 23));
+  const uint32_t magnitude = exponent == kExponentMask ? inf_nan : exponent == 0 ? subnormal : normal;
+  return BitsToFloat(magnitude | (static_cast<uint32_t>(h & 0x8000u) << 16));
 }
 
 // Round to nearest, ties to even; overflow gives infinity; NaN stays NaN (quiet).
