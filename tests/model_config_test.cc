@@ -146,6 +146,13 @@ TEST(ModelConfigTest, InconsistentHyperparameters) {
   v.shape_overrides["token_embd.weight"] = {64, 99};
   EXPECT_THAT(LoadTiny(v, "bad_vocab.gguf"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("vocab_size is 100 but token_embd.weight has 99")));
+  TinyModelOptions layers;
+  layers.omit_keys = {"block_count"};
+  testing::GgufBuilder huge = TinyModelBuilder(layers);
+  huge.AddUint32("llama.block_count", 1u << 24);
+  EXPECT_THAT(Model::Load(WriteTempFile(huge.Build(), "huge_layers.gguf")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("block_count is 16777216, which needs at least 150994944 tensors, but the file has 20")));
   TinyModelOptions zero;
   zero.n_layers = 0;
   EXPECT_THAT(LoadTiny(zero, "zero_layers.gguf"),

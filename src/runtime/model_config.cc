@@ -110,6 +110,13 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
   }
 
   HETERO_ASSIGN_OR_RETURN(c.n_layers, GetDimension(file, p + "block_count"));
+  // Each layer has at least 9 tensors; checking now keeps a hostile block_count from
+  // driving work or memory beyond what the file holds.
+  if (uint64_t{9} * static_cast<uint64_t>(c.n_layers) > file.tensors().size()) {
+    return ConfigError(file, absl::StrCat(p, "block_count is ", c.n_layers, ", which needs at least ",
+                                          uint64_t{9} * c.n_layers, " tensors, but the file has ",
+                                          file.tensors().size()));
+  }
   HETERO_ASSIGN_OR_RETURN(c.n_embd, GetDimension(file, p + "embedding_length"));
   HETERO_ASSIGN_OR_RETURN(c.n_heads, GetUniformDimension(file, p + "attention.head_count"));
   if (file.FindValue(p + "attention.head_count_kv") != nullptr) {
