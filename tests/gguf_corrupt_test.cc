@@ -185,6 +185,29 @@ std::vector<CorruptCase> Cases() {
   c.push_back({"TensorsOverlap", [] {
     return Mutated([](auto& b, const auto& l) { PutU64(b, l.tensors[2].offset_field, 0); }); },
     "overlaps tensor"});
+  c.push_back({"OverlapHiddenBehindAnEmptyTensor", [] {
+    // A spans [0, 128), the empty Z sits at 32, B at 64 overlaps A although its sorted
+    // neighbour is Z.
+    GgufBuilder b;
+    b.AddTensorF32("A", {32}, std::vector<float>(32, 1.0f));
+    b.AddTensorF32("Z", {0}, {});
+    b.AddTensorF32("B", {16}, std::vector<float>(16, 2.0f));
+    return Mutated([](auto& bytes, const auto& l) {
+      PutU64(bytes, l.tensors[1].offset_field, 32);
+      PutU64(bytes, l.tensors[2].offset_field, 64);
+    }, b); },
+    "tensor 'B' overlaps tensor 'A'"});
+  c.push_back({"ZeroDimensionHidesHugeOnes", [] {
+    GgufBuilder b; b.AddTensorF32("z", {0, int64_t{1} << 62, int64_t{1} << 62}, {}); return b.Build(); },
+    "'z' element count overflows at dimension 2"});
+  c.push_back({"TooManyNestedArrays", [] {
+    std::vector<uint8_t> p; AppendU32(p, kArray); AppendU64(p, 70000);
+    for (int i = 0; i < 70000; ++i) { AppendU32(p, kUint8); AppendU64(p, 0); }
+    return OneKey("many", kArray, p); },
+    "nested arrays past 65536"});
+  c.push_back({"ControlBytesInNamesAreEscaped", [] {
+    return OneKey("evil\x1b[2J", kBool, {9}); },
+    "bool value of 'evil\\x1b[2J' is 9"});
   c.push_back({"DataSectionMissing", [] {
     return Mutated([](auto& b, const auto& l) { b.resize(l.tensor_infos_end); }); },
     "truncated"});

@@ -192,10 +192,33 @@ TEST(ModelConfigTest, RopeScaling) {
   EXPECT_EQ((*model)->config().rope_scaling, RopeScaling::kLinear);
   EXPECT_EQ((*model)->config().rope_scaling_factor, 2.0f);
 
+  // A factor without a type means linear, as in llama.cpp.
+  testing::GgufBuilder factor_only = TinyModelBuilder(TinyModelOptions{});
+  factor_only.AddFloat32("llama.rope.scaling.factor", 8.0f);
+  model = Model::Load(WriteTempFile(factor_only.Build(), "rope_factor_only.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().rope_scaling, RopeScaling::kLinear);
+  EXPECT_EQ((*model)->config().rope_scaling_factor, 8.0f);
+
+  testing::GgufBuilder none = TinyModelBuilder(TinyModelOptions{});
+  none.AddString("llama.rope.scaling.type", "none").AddFloat32("llama.rope.scaling.factor", 8.0f);
+  model = Model::Load(WriteTempFile(none.Build(), "rope_none.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().rope_scaling, RopeScaling::kNone);
+
   testing::GgufBuilder yarn = TinyModelBuilder(TinyModelOptions{});
   yarn.AddString("llama.rope.scaling.type", "yarn").AddFloat32("llama.rope.scaling.factor", 4.0f);
   EXPECT_THAT(Model::Load(WriteTempFile(yarn.Build(), "rope_yarn.gguf")),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("rope scaling type 'yarn'")));
+}
+
+TEST(ModelConfigTest, FloatsThatVanishAsFloat32AreRejected) {
+  TinyModelOptions o;
+  o.omit_keys = {"rope.freq_base"};
+  testing::GgufBuilder b = TinyModelBuilder(o);
+  b.AddFloat64("llama.rope.freq_base", 1e-300);  // positive as a double, 0 as a float
+  EXPECT_THAT(Model::Load(WriteTempFile(b.Build(), "tiny_base.gguf")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'llama.rope.freq_base' is 1e-300")));
 }
 
 TEST(ModelConfigTest, PerLayerHeadCounts) {

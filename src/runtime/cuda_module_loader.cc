@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "src/gpu/cuda_module_abi.h"
@@ -56,7 +57,7 @@ CudaInfo LoadCudaModuleAndProbe() {
   }
   const std::vector<std::string> candidates = CudaModuleCandidates();
   const char* explicit_module = std::getenv("HETERO_CUDA_MODULE");
-  if (explicit_module != nullptr && *explicit_module != '\0' &&
+  if (explicit_module != nullptr && std::string_view(explicit_module).find('/') != std::string_view::npos &&
       !std::filesystem::exists(explicit_module)) {
     info.notice = absl::StrCat("HETERO_CUDA_MODULE=", explicit_module,
                                " does not exist; running on the CPU only");
@@ -73,8 +74,11 @@ CudaInfo LoadCudaModuleAndProbe() {
       break;
     }
     const char* err = dlerror();
-    // A module that exists but fails to load is worth reporting; "not found" is not.
-    if (is_path && err != nullptr) last_error = err;
+    // A module that exists but fails to load (a missing dependency, a bad file) is worth
+    // reporting; a module that is simply absent is not.
+    if (err != nullptr && (is_path || std::string_view(err).find("No such file") == std::string_view::npos)) {
+      last_error = err;
+    }
   }
   if (handle == nullptr) {
     info.notice = last_error.empty()
@@ -100,7 +104,7 @@ CudaInfo LoadCudaModuleAndProbe() {
                                HETERO_CUDA_MODULE_ABI_VERSION, "; running on the CPU only");
     return info;
   }
-  hetero_cuda_probe_result result;
+  hetero_cuda_probe_result result = {};
   std::vector<hetero_cuda_device_desc> devices(kMaxDevices);
   probe(&result, devices.data(), kMaxDevices);
   result.message[sizeof(result.message) - 1] = '\0';

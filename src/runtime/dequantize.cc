@@ -312,13 +312,13 @@ absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Sp
 
 absl::Status DequantizeTensor(const GgufTensorInfo& tensor, absl::Span<float> dst) {
   if (dst.size() != tensor.n_elements) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", tensor.name, "' has ",
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", PrintableName(tensor.name), "' has ",
                                                    tensor.n_elements, " elements, destination holds ",
                                                    dst.size()));
   }
   absl::Status status = Dequantize(tensor.type, tensor.data, dst);
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat("tensor '", tensor.name, "': ", status.message()));
+  return absl::Status(status.code(), absl::StrCat("tensor '", PrintableName(tensor.name), "': ", status.message()));
 }
 
 }  // namespace hetero

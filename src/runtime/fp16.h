@@ -20,7 +20,8 @@ inline uint32_t FloatToBits(float f) {
   return bits;
 }
 
-// Exact: every binary16 value (subnormals, infinities, NaN payloads) is representable.
+// Exact: every binary16 value (subnormals, infinities) is representable. NaNs keep their
+// payload and come out quiet, as from F16C and ggml.
 // Rebiases the exponent with integer arithmetic and normalises subnormals with one exact
 // float subtraction; all three cases are computed and selected without branches, so
 // loops over it vectorize.
@@ -29,7 +30,8 @@ inline float Fp16ToFp32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h & 0x7FFFu) << 13;
   const uint32_t exponent = bits & kExponentMask;
   const uint32_t normal = bits + ((127 - 15) << 23);      // rebiased exponent
-  const uint32_t inf_nan = normal + ((128 - 16) << 23);   // exponent all ones
+  const uint32_t inf_nan = (normal + ((128 - 16) << 23)) |  // exponent all ones
+                           ((bits & 0x7FE000u) != 0 ? 0x400000u : 0u);  // NaN: quiet bit
   // Subnormal or zero: 2^-14 * (1 + m/1024) - 2^-14 = m * 2^-24, exactly.
   const uint32_t subnormal = FloatToBits(BitsToFloat(normal + (1u << 23)) - BitsToFloat(113u << 23));
   const uint32_t magnitude = exponent == kExponentMask ? inf_nan : exponent == 0 ? subnormal : normal;

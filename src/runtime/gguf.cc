@@ -16,6 +16,7 @@ constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint64_t kMaxAlignment = uint64_t{1} << 30;
 constexpr int kMaxArrayNesting = 16;
 constexpr uint32_t kMaxTensorDims = 4;
+constexpr uint64_t kMaxNestedArrays = uint64_t{1} << 16;
 
 // Smallest encodings, used to bound counts by the bytes left before reserving memory.
 constexpr uint64_t kMinKeyValueBytes = 8 + 1 + 4 + 1;          // key length, key, type, u8
@@ -54,7 +55,10 @@ uint64_t MinEncodedSize(GgufValueType type) {
   return PrimitiveSize(type);
 }
 
-std::string Printable(absl::string_view s, size_t max_len = 64) {
+}  // namespace
+
+std::string PrintableName(absl::string_view s) {
+  constexpr size_t max_len = 128;
   std::string out;
   for (char c : s.substr(0, max_len)) {
     unsigned char u = static_cast<unsigned char>(c);
@@ -64,10 +68,12 @@ std::string Printable(absl::string_view s, size_t max_len = 64) {
       absl::StrAppendFormat(&out, "\\x%02x", u);
     }
   }
-  if (s.size() > max_len) out += "...";
+  if (s.size() > max_len) absl::StrAppend(&out, "... (", s.size(), " bytes)");
   return out;
 }
 
+namespace {
+constexpr auto Printable = PrintableName;
 }  // namespace
 
 absl::string_view GgufValueTypeName(GgufValueType type) {
@@ -365,6 +371,13 @@ class GgufParser {
         }
         break;
       case GgufValueType::kArray:
+        // Each nested array costs ~150 bytes of memory but only 12 bytes of file: cap
+        // their number so memory stays proportional to real use, not to file size.
+        nested_arrays_ += array->size;
+        if (nested_arrays_ > kMaxNestedArrays) {
+          return Error(at, "array '", key, "' brings the file's nested arrays past ",
+                       kMaxNestedArrays);
+        }
         array->arrays.reserve(array->size);
         for (uint64_t i = 0; i < array->size; ++i) {
           HETERO_ASSIGN_OR_RETURN(GgufValue v, ParseValue(GgufValueType::kArray, depth, key));
@@ -401,7 +414,7 @@ class GgufParser {
       HETERO_ASSIGN_OR_RETURN(absl::string_view key, ReadString("metadata key"));
       if (key.empty()) return Error(at, "metadata key ", i, " is empty");
       HETERO_ASSIGN_OR_RETURN(GgufValueType type, ReadValueType("metadata value type"));
-      HETERO_ASSIGN_OR_RETURN(GgufValue value, ParseValue(type, 0, key));
+      HETERO_ASSIGN_OR_RETURN(GgufValue value, ParseValue(type, 0, Printable(key)));
       if (!file_.metadata_index_.emplace(key, file_.metadata_.size()).second) {
         return Error(at, "duplicate metadata key '", Printable(key), "'");
       }
@@ -448,6 +461,7 @@ class GgufParser {
                      kMaxTensorDims, " are supported");
       }
       uint64_t n_elements = 1;
+      uint64_t nonzero_product = 1;  // keeps the bound when a zero dimension hides others
       for (uint32_t d = 0; d < n_dims; ++d) {
         const uint64_t dim_at = pos_;
         HETERO_ASSIGN_OR_RETURN(uint64_t dim, Read<uint64_t>("tensor dimension"));
@@ -456,7 +470,8 @@ class GgufParser {
                        ", beyond the int64 range");
         }
         if (__builtin_mul_overflow(n_elements, dim, &n_elements) ||
-            n_elements > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+            __builtin_mul_overflow(nonzero_product, dim == 0 ? 1 : dim, &nonzero_product) ||
+            nonzero_product > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
           return Error(dim_at, "tensor '", name, "' element count overflows at dimension ", d);
         }
         info.dims.push_back(static_cast<int64_t>(dim));
@@ -517,18 +532,27 @@ class GgufParser {
       t.file_offset = data_offset + t.offset;
       t.data = bytes_.subspan(t.file_offset, t.n_bytes);
     }
-    // Tensors must not overlap: sort by offset and compare neighbours.
-    std::vector<size_t> order(file_.tensors_.size());
-    std::iota(order.begin(), order.end(), 0);
+    // Tensors must not overlap: sort the non-empty ones by offset and compare each with
+    // the furthest end seen so far (not just its neighbour).
+    std::vector<size_t> order;
+    order.reserve(file_.tensors_.size());
+    for (size_t i = 0; i < file_.tensors_.size(); ++i) {
+      if (file_.tensors_[i].n_bytes > 0) order.push_back(i);
+    }
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return file_.tensors_[a].offset < file_.tensors_[b].offset;
     });
-    for (size_t k = 1; k < order.size(); ++k) {
-      const GgufTensorInfo& prev = file_.tensors_[order[k - 1]];
-      const GgufTensorInfo& next = file_.tensors_[order[k]];
-      if (prev.n_bytes > 0 && next.n_bytes > 0 && prev.offset + prev.n_bytes > next.offset) {
-        return Error(next.file_offset, "tensor '", Printable(next.name), "' overlaps tensor '",
-                     Printable(prev.name), "'");
+    uint64_t furthest_end = 0;
+    size_t furthest = 0;
+    for (size_t k = 0; k < order.size(); ++k) {
+      const GgufTensorInfo& t = file_.tensors_[order[k]];
+      if (k > 0 && t.offset < furthest_end) {
+        return Error(t.file_offset, "tensor '", Printable(t.name), "' overlaps tensor '",
+                     Printable(file_.tensors_[furthest].name), "'");
+      }
+      if (t.offset + t.n_bytes > furthest_end) {  // in range: checked above
+        furthest_end = t.offset + t.n_bytes;
+        furthest = order[k];
       }
     }
     return absl::OkStatus();
@@ -539,6 +563,7 @@ class GgufParser {
   uint64_t pos_ = 0;
   uint64_t n_tensors_ = 0;
   uint64_t n_kv_ = 0;
+  uint64_t nested_arrays_ = 0;
 };
 
 // ---- GgufFile -----------------------------------------------------------------------------
@@ -609,7 +634,7 @@ absl::StatusOr<uint32_t> GgufFile::GetUint32(absl::string_view key) const {
   HETERO_ASSIGN_OR_RETURN(uint64_t v, GetUint64(key));
   if (v > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("GGUF '", source_name_, "': metadata key '",
-                                                   key, "' value ", v, " exceeds uint32"));
+                                                   Printable(key), "' value ", v, " exceeds uint32"));
   }
   return static_cast<uint32_t>(v);
 }

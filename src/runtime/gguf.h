@@ -103,6 +103,10 @@ struct GgufTensorInfo {
   absl::Span<const uint8_t> data;
 };
 
+// A file-supplied name made safe for messages: non-printable bytes escaped as \xNN, cut
+// after 128 bytes.
+std::string PrintableName(absl::string_view s);
+
 class GgufFile {
  public:
   // Maps and parses the file at `path`.

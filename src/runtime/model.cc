@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
     internal::Log(LogLevel::kWarning,
                   absl::StrCat("model '", path, "': ", impl->unused_tensors.size(),
                                " tensor(s) not used by the ", impl->config.architecture,
-                               " architecture, e.g. '", impl->unused_tensors.front(), "'"));
+                               " architecture, e.g. '", PrintableName(impl->unused_tensors.front()), "'"));
   }
   impl->tensors.reserve(impl->gguf->tensors().size());
   for (const GgufTensorInfo& t : impl->gguf->tensors()) {

@@ -73,11 +73,13 @@ absl::StatusOr<int> GetUniformDimension(const GgufFile& file, const std::string&
 absl::StatusOr<float> GetPositiveFloatOr(const GgufFile& file, const std::string& key, float fallback) {
   if (file.FindValue(key) == nullptr) return fallback;
   HETERO_ASSIGN_OR_RETURN(double value, file.GetDouble(key));
-  if (!(value > 0) || !std::isfinite(value) || value > std::numeric_limits<float>::max()) {
+  // Checked after narrowing: 1e-300 is positive as a double but 0 as a float.
+  const float narrowed = static_cast<float>(value);
+  if (!(narrowed > 0) || !std::isfinite(narrowed)) {
     return ConfigError(file, absl::StrCat("metadata key '", key, "' is ", value,
                                           ", expected a positive finite number"));
   }
-  return static_cast<float>(value);
+  return narrowed;
 }
 
 }  // namespace
@@ -92,7 +94,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
     c.rope_style = RopeStyle::kNeox;
   } else {
     return absl::UnimplementedError(absl::StrCat("model '", file.source_name(), "': architecture '",
-                                                 c.architecture,
+                                                 PrintableName(c.architecture),
                                                  "' is not supported (supported: llama, qwen2)"));
   }
   if (const GgufValue* name = file.FindValue("general.name"); name != nullptr && name->ToString().ok()) {
@@ -145,9 +147,9 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
   }
   HETERO_ASSIGN_OR_RETURN(c.rope_freq_base, GetPositiveFloatOr(file, p + "rope.freq_base", 10000.0f));
 
-  // RoPE scaling: the current key is rope.scaling.type/factor; older files use
-  // rope.scale_linear.
-  std::string scaling_type = "none";
+  // RoPE scaling: the current keys are rope.scaling.type/factor; older files use
+  // rope.scale_linear. As in llama.cpp, a factor without a type means linear scaling.
+  std::string scaling_type = "linear";
   if (file.FindValue(p + "rope.scaling.type") != nullptr) {
     HETERO_ASSIGN_OR_RETURN(absl::string_view t, file.GetString(p + "rope.scaling.type"));
     scaling_type = std::string(t);
@@ -157,7 +159,6 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
     HETERO_ASSIGN_OR_RETURN(factor, GetPositiveFloatOr(file, p + "rope.scaling.factor", 1.0f));
   } else if (file.FindValue(p + "rope.scale_linear") != nullptr) {
     HETERO_ASSIGN_OR_RETURN(factor, GetPositiveFloatOr(file, p + "rope.scale_linear", 1.0f));
-    if (scaling_type == "none" && factor != 1.0f) scaling_type = "linear";
   }
   if (scaling_type == "none") {
     c.rope_scaling = RopeScaling::kNone;
@@ -167,12 +168,12 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
     c.rope_scaling_factor = factor;
   } else {
     return absl::UnimplementedError(absl::StrCat("model '", file.source_name(),
-                                                 "': rope scaling type '", scaling_type,
+                                                 "': rope scaling type '", PrintableName(scaling_type),
                                                  "' is not supported (supported: none, linear)"));
   }
 
   HETERO_ASSIGN_OR_RETURN(double eps, file.GetDouble(p + "attention.layer_norm_rms_epsilon"));
-  if (!(eps > 0) || !(eps < 1)) {
+  if (!(static_cast<float>(eps) > 0) || !(eps < 1)) {
     return ConfigError(file, absl::StrCat("RMS norm epsilon ", eps, " is outside (0, 1)"));
   }
   c.rms_norm_eps = static_cast<float>(eps);

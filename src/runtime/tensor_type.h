@@ -70,7 +70,8 @@ inline constexpr std::array kTraits = {
     TensorTypeTraits{TensorType::kQ5_0, "Q5_0", kQK, 2 + 4 + kQK / 2, true},
     TensorTypeTraits{TensorType::kQ5_1, "Q5_1", kQK, 2 + 2 + 4 + kQK / 2, true},
     TensorTypeTraits{TensorType::kQ8_0, "Q8_0", kQK, 2 + kQK, true},
-    TensorTypeTraits{TensorType::kQ8_1, "Q8_1", kQK, 4 + 4 + kQK, false},
+    // ggml's block_q8_1 is { half d; half s; int8 qs[32] } (gguf-py 0.19 still lists 40).
+    TensorTypeTraits{TensorType::kQ8_1, "Q8_1", kQK, 2 + 2 + kQK, false},
     TensorTypeTraits{TensorType::kQ2_K, "Q2_K", kQK_K, 2 + 2 + kQK_K / 16 + kQK_K / 4, true},
     TensorTypeTraits{TensorType::kQ3_K, "Q3_K", kQK_K, 2 + kQK_K / 4 + kQK_K / 8 + 12, true},
     TensorTypeTraits{TensorType::kQ4_K, "Q4_K", kQK_K, 2 + 2 + 12 + kQK_K / 2, true},
