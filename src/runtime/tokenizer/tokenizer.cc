@@ -208,22 +208,14 @@ absl::StatusOr<std::string> StreamingDetokenizer::Push(int32_t id) {
   const absl::string_view ready = absl::string_view(pending_).substr(0, pending_.size() - hold);
   std::string out;
   out.reserve(ready.size());
-  for (const Utf8Segment& s : SplitValidUtf8(ready)) {
-    if (s.valid) {
-      out.append(s.bytes.data(), s.bytes.size());
-    } else {
-      out += "\xEF\xBF\xBD";
-    }
-  }
+  AppendUtf8Lossy(ready, out);
   pending_.erase(0, pending_.size() - hold);
   return out;
 }
 
 std::string StreamingDetokenizer::Flush() {
   std::string out;
-  for (const Utf8Segment& s : SplitValidUtf8(pending_)) {
-    out += s.valid ? std::string(s.bytes) : std::string("\xEF\xBF\xBD");
-  }
+  AppendUtf8Lossy(pending_, out);
   pending_.clear();
   at_start_ = true;
   return out;

@@ -88,6 +88,28 @@ void AppendUtf8(uint32_t cp, std::string& out) {
   }
 }
 
+void AppendUtf8Lossy(absl::string_view bytes, std::string& out) {
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const size_t n = ValidUtf8SequenceLength(bytes.substr(i));
+    if (n > 0) {
+      out.append(bytes.data() + i, n);
+      i += n;
+      continue;
+    }
+    // The maximal subpart: a lead byte plus the continuation bytes that still fit it.
+    const auto* p = reinterpret_cast<const uint8_t*>(bytes.data() + i);
+    const size_t want = LeadLength(p[0]);
+    size_t len = 1;
+    if (want > 1 && i + 1 < bytes.size() && SecondByteOk(p[0], p[1])) {
+      len = 2;
+      while (len < want && i + len < bytes.size() && IsContinuation(p[len])) ++len;
+    }
+    out += "\xEF\xBF\xBD";
+    i += len;
+  }
+}
+
 size_t IncompleteUtf8Suffix(absl::string_view s) {
   // A sequence is at most 4 bytes, so only the last 3 bytes can be an unfinished one.
   const size_t max_back = s.size() < 3 ? s.size() : 3;

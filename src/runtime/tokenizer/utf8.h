@@ -28,6 +28,10 @@ bool IsValidUtf8(absl::string_view text);
 // Appends code point `cp` (<= U+10FFFF, not a surrogate) encoded as UTF-8.
 void AppendUtf8(uint32_t cp, std::string& out);
 
+// Appends `bytes` with every ill-formed part replaced by U+FFFD, one per maximal subpart
+// (Unicode's recommended practice, as from_utf8_lossy and Python's "replace" do).
+void AppendUtf8Lossy(absl::string_view bytes, std::string& out);
+
 // Number of bytes at the end of `s` that form an incomplete (but so far valid) UTF-8
 // sequence: what a streaming decoder must hold back. 0 when `s` ends on a boundary or
 // with bytes that can never complete.
