@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Writes tests/data/chat_template_vectors.json: prompts rendered by jinja2 (PyPI) from real
+chat templates, for conversations covering system prompts (given and default), multi-turn
+chats, tool definitions, tool calls and tool results, Unicode and empty messages.
+
+Templates: the default model's own tokenizer.chat_template (read from its GGUF), and, when
+a directory of other models' templates is given (file names as in llama.cpp's
+models/templates/), Qwen2.5 (ChatML with Hermes tools), Llama 3.1 and Gemma 2. The
+templates themselves are not committed; only the rendered prompts are.
+
+Rendering follows Hugging Face transformers' environment: trim_blocks, lstrip_blocks,
+`tojson` = json.dumps(ensure_ascii=False), raise_exception.
+
+    python3 -m pip install jinja2==3.1.6 gguf==0.19.0 numpy
+    python3 scripts/gen_chat_template_vectors.py models/SmolLM2-135M-Instruct.Q4_1.gguf [TEMPLATE_DIR]
+"""
+import json
+import os
+import sys
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from gguf import GGUFReader
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "chat_template_vectors.json")
+
+
+def environment():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
+WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"},
+                                                           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                          "required": ["city"]}}
+SEARCH = {"name": "search", "description": "Search the web; returns snippets — in any language.",
+          "parameters": {"type": "object", "properties": {"query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1, "maximum": 10}},
+                         "required": ["query"]}}
+
+
+def call(name, args, cid="call_1"):
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+CONVERSATIONS = [
+    {"messages": [{"role": "user", "content": "Hello!"}]},
+    {"messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi"}]},
+    {"messages": [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "4."},
+                  {"role": "user", "content": "And 3+3?"}]},
+    {"messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": "Tell me a joke."}]},
+    {"messages": [{"role": "user", "content": "Résumé: naïve café, 中文, مرحبا, 👍🏽 and 👨‍👩‍👧‍👦"}]},
+    {"messages": [{"role": "user", "content": ""}]},
+    {"messages": [{"role": "user", "content": "  padded with spaces  \n"}]},
+    {"messages": [{"role": "user", "content": "line one\nline two\n\nline four"}]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]},
+    {"messages": [{"role": "system", "content": "You can use tools."}, {"role": "user", "content": "Weather in Paris?"}],
+     "tools": [WEATHER, SEARCH]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"city": "Paris"})]},
+                  {"role": "tool", "name": "get_weather", "content": "{\"temp_c\": 18, \"sky\": \"clear\"}"}],
+     "tools": [WEATHER]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "", "tool_calls": [call("get_weather", {"city": "Paris", "unit": "celsius"})]},
+                  {"role": "tool", "name": "get_weather", "content": "18 C and clear"},
+                  {"role": "assistant", "content": "It is 18 °C and clear in Paris."}],
+     "tools": [WEATHER]},
+    {"messages": [{"role": "user", "content": "Paris and Rome?"},
+                  {"role": "assistant", "content": "Checking both.", "tool_calls": [
+                      call("get_weather", {"city": "Paris"}, "a"), call("get_weather", {"city": "Rome"}, "b")]},
+                  {"role": "tool", "name": "get_weather", "content": "Paris: 18"},
+                  {"role": "tool", "name": "get_weather", "content": "Rome: 24"}],
+     "tools": [WEATHER]},
+    {"messages": [{"role": "system", "content": "Tools available."}, {"role": "user", "content": "Search cats"},
+                  {"role": "assistant", "content": "", "tool_calls": [call("search", {"query": "cats — \"fluffy\"", "limit": 3})]},
+                  {"role": "tool", "name": "search", "content": "Cats are small carnivorous mammals."},
+                  {"role": "user", "content": "Thanks"}],
+     "tools": [SEARCH]},
+    {"messages": [{"role": "user", "content": "A"}, {"role": "user", "content": "B"}]},
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Late system note."},
+                  {"role": "user", "content": "Again"}]},
+    {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "Empty system"}]},
+    {"messages": [{"role": "user", "content": "<|im_start|> looks special"}, {"role": "assistant", "content": "It is text here."}]},
+    {"messages": [{"role": "user", "content": "Tabs\tand\ttabs"}, {"role": "assistant", "content": "  Sure.  "}]},
+    {"messages": [{"role": "user", "content": "Numbers: 3.14159, 1e-9, 1,000,000"}]},
+    {"messages": [{"role": "user", "content": "JSON please"}, {"role": "assistant", "content": "{\"a\": [1, 2, {\"b\": null}]}"}]},
+    {"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], "tools": [WEATHER]},
+]
+
+# Which conversations a template can take (Gemma 2 rejects system turns; Llama 3.1 takes
+# one tool call per turn and needs a user message for its tools).
+ACCEPTS = {
+    "smollm2": lambda c: True,
+    "qwen2.5": lambda c: True,
+    "llama3.1": lambda c: all(len(m.get("tool_calls", [])) <= 1 for m in c["messages"]),
+    "gemma2": lambda c: not c.get("tools") and all(m["role"] in ("user", "assistant") for m in c["messages"]) and
+              all((m["role"] == "user") == (i % 2 == 0) for i, m in enumerate(c["messages"])),
+}
+FILES = {"qwen2.5": "Qwen-Qwen2.5-7B-Instruct.jinja", "llama3.1": "meta-llama-Llama-3.1-8B-Instruct.jinja",
+         "gemma2": "google-gemma-2-2b-it.jinja"}
+BOS = {"smollm2": "<|im_start|>", "qwen2.5": "", "llama3.1": "<|begin_of_text|>", "gemma2": "<bos>"}
+EOS = {"smollm2": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3.1": "<|eot_id|>", "gemma2": "<eos>"}
+
+
+def main():
+    reader = GGUFReader(sys.argv[1])
+    field = reader.fields["tokenizer.chat_template"]
+    templates = {"smollm2": bytes(field.parts[field.data[0]]).decode("utf-8")}
+    if len(sys.argv) > 2:
+        for name, file in FILES.items():
+            with open(os.path.join(sys.argv[2], file)) as f:
+                templates[name] = f.read()
+    env = environment()
+    vectors = []
+    for name, text in templates.items():
+        template = env.from_string(text)
+        for index, conversation in enumerate(CONVERSATIONS):
+            if not ACCEPTS[name](conversation):
+                continue
+            for add_generation_prompt in (True, False):
+                kwargs = {"messages": conversation["messages"], "add_generation_prompt": add_generation_prompt,
+                          "bos_token": BOS[name], "eos_token": EOS[name]}
+                if conversation.get("tools"):
+                    kwargs["tools"] = [{"type": "function", "function": t} for t in conversation["tools"]]
+                vectors.append({"template": name, "conversation": index, "add_generation_prompt": add_generation_prompt,
+                                "expected": template.render(**kwargs)})
+    with open(OUT, "w") as f:
+        json.dump({"conversations": CONVERSATIONS, "vectors": vectors}, f, ensure_ascii=False, indent=1)
+    counts = {n: sum(1 for v in vectors if v["template"] == n) for n in templates}
+    print(f"wrote {len(vectors)} rendered prompts {counts} to {os.path.normpath(OUT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,438 @@
+// Native renderers for the chat template families hetero recognises. Each follows its
+// family's published Jinja template as rendered by Hugging Face transformers (trim_blocks,
+// lstrip_blocks, `tojson` = Python json.dumps with ensure_ascii=False); the tests compare
+// them with jinja2 renderings of the real templates.
+#include "hetero/chat.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "hetero/model.h"
+#include "src/runtime/chat/python_json.h"
+#include "src/runtime/model_impl.h"
+#include "src/runtime/status_macros.h"
+#include "src/runtime/tokenizer/utf8.h"
+
+namespace hetero {
+
+struct ChatTemplate::Spec {
+  ChatFormat format = ChatFormat::kChatML;
+  ChatFormatter custom;               // set for Custom()
+  std::string default_system_prompt;  // ChatML: added when the conversation has none
+  bool hermes_tools = false;          // ChatML with a <tools> section (Qwen2.5 style)
+  bool llama31 = false;               // Llama 3.1+: date header and tool format
+  std::string bos;                    // text the template writes as bos_token
+  std::string eos;                    // text the template writes as eos_token
+};
+
+namespace {
+
+// Python's str.isspace() set, which Jinja's `trim` (str.strip) removes.
+bool IsPythonSpace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+uint32_t DecodeAt(absl::string_view s, size_t i, size_t n) {
+  const auto* p = reinterpret_cast<const uint8_t*>(s.data() + i);
+  switch (n) {
+    case 1: return p[0];
+    case 2: return ((p[0] & 0x1Fu) << 6) | (p[1] & 0x3Fu);
+    case 3: return ((p[0] & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu);
+    default: return ((p[0] & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
+  }
+}
+
+// Jinja's `trim`: strips Python whitespace from both ends.
+std::string Trim(absl::string_view s) {
+  size_t begin = 0;
+  while (begin < s.size()) {
+    const size_t n = ValidUtf8SequenceLength(s.substr(begin));
+    if (n == 0 || !IsPythonSpace(DecodeAt(s, begin, n))) break;
+    begin += n;
+  }
+  size_t end = begin;
+  size_t last_content_end = begin;
+  while (end < s.size()) {
+    size_t n = ValidUtf8SequenceLength(s.substr(end));
+    const bool space = n > 0 && IsPythonSpace(DecodeAt(s, end, n));
+    if (n == 0) n = 1;
+    end += n;
+    if (!space) last_content_end = end;
+  }
+  return std::string(s.substr(begin, last_content_end - begin));
+}
+
+absl::StatusOr<nlohmann::ordered_json> ToolJson(const ToolDefinition& tool) {
+  HETERO_ASSIGN_OR_RETURN(nlohmann::ordered_json parameters,
+                          ParseOrderedJson(tool.parameters_json, absl::StrCat("parameters of tool '", tool.name, "'")));
+  nlohmann::ordered_json function;
+  function["name"] = tool.name;
+  function["description"] = tool.description;
+  function["parameters"] = std::move(parameters);
+  nlohmann::ordered_json wrapped;
+  wrapped["type"] = "function";
+  wrapped["function"] = std::move(function);
+  return wrapped;
+}
+
+absl::StatusOr<std::string> ArgumentsJson(const ToolCall& call) {
+  HETERO_ASSIGN_OR_RETURN(nlohmann::ordered_json args,
+                          ParseOrderedJson(call.arguments_json, absl::StrCat("arguments of the call to '", call.name, "'")));
+  return PythonJsonDumps(args);
+}
+
+// ---- ChatML -------------------------------------------------------------------------------
+
+void AppendChatMLTurn(absl::string_view role, absl::string_view content, std::string& out) {
+  absl::StrAppend(&out, "<|im_start|>", role, "\n", content, "<|im_end|>\n");
+}
+
+absl::StatusOr<std::string> RenderChatML(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
+                                         const std::vector<ToolDefinition>& tools, bool add_generation_prompt) {
+  std::string out;
+  const bool first_is_system = !messages.empty() && messages[0].role == "system";
+  size_t start = 0;
+  if (spec.hermes_tools && !tools.empty()) {
+    out += "<|im_start|>system\n";
+    out += first_is_system ? messages[0].content : spec.default_system_prompt;
+    out += "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const ToolDefinition& tool : tools) {
+      HETERO_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ToolJson(tool));
+      absl::StrAppend(&out, "\n", PythonJsonDumps(json));
+    }
+    out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+           "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+           "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+    start = first_is_system ? 1 : 0;
+  } else if (spec.hermes_tools) {
+    // Qwen style: the system turn is written before the loop, default or given.
+    if (first_is_system) {
+      AppendChatMLTurn("system", messages[0].content, out);
+      start = 1;
+    } else if (!spec.default_system_prompt.empty()) {
+      AppendChatMLTurn("system", spec.default_system_prompt, out);
+    }
+  } else if (!messages.empty() && !first_is_system && !spec.default_system_prompt.empty()) {
+    // SmolLM style: the default system turn is added inside the loop, before the first message.
+    AppendChatMLTurn("system", spec.default_system_prompt, out);
+  }
+
+  for (size_t i = start; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (!spec.hermes_tools) {
+      AppendChatMLTurn(m.role, m.content, out);  // every role, tool calls not written
+      continue;
+    }
+    if (m.role == "user" || m.role == "system" || (m.role == "assistant" && m.tool_calls.empty())) {
+      AppendChatMLTurn(m.role, m.content, out);
+    } else if (m.role == "assistant") {
+      out += "<|im_start|>assistant";
+      if (!m.content.empty()) absl::StrAppend(&out, "\n", m.content);
+      for (const ToolCall& call : m.tool_calls) {
+        HETERO_ASSIGN_OR_RETURN(std::string args, ArgumentsJson(call));
+        absl::StrAppend(&out, "\n<tool_call>\n{\"name\": \"", call.name, "\", \"arguments\": ", args, "}\n</tool_call>");
+      }
+      out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      // Consecutive tool results share one user turn.
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      absl::StrAppend(&out, "\n<tool_response>\n", m.content, "\n</tool_response>");
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+    }
+    // Other roles are not written by this family's template.
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// ---- Llama 3 ------------------------------------------------------------------------------
+
+void AppendLlamaTurn(absl::string_view role, absl::string_view content, std::string& out) {
+  absl::StrAppend(&out, "<|start_header_id|>", role, "<|end_header_id|>\n\n", content, "<|eot_id|>");
+}
+
+absl::StatusOr<std::string> RenderLlama3(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
+                                         const std::vector<ToolDefinition>& tools, bool add_generation_prompt) {
+  std::string out;
+  if (!spec.llama31) {
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (i == 0) out += spec.bos;
+      AppendLlamaTurn(messages[i].role, Trim(messages[i].content), out);
+    }
+    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    return out;
+  }
+  // Llama 3.1: a system turn with the date header always comes first; tools go into the
+  // first user message.
+  out += spec.bos;
+  size_t next = 0;
+  std::string system_message;
+  if (!messages.empty() && messages[0].role == "system") {
+    system_message = Trim(messages[0].content);
+    next = 1;
+  }
+  out += "<|start_header_id|>system<|end_header_id|>\n\n";
+  if (!tools.empty()) out += "Environment: ipython\n";
+  out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  absl::StrAppend(&out, system_message, "<|eot_id|>");
+  if (!tools.empty()) {
+    if (next >= messages.size()) {
+      return absl::InvalidArgumentError(
+          "llama3 chat format: tools are written into the first user message, and there is none");
+    }
+    const std::string first_user = Trim(messages[next].content);
+    ++next;
+    out += "<|start_header_id|>user<|end_header_id|>\n\n"
+           "Given the following functions, please respond with a JSON for a function call with its "
+           "proper arguments that best answers the given prompt.\n\n"
+           "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name "
+           "and its value}.Do not use variables.\n\n";
+    for (const ToolDefinition& tool : tools) {
+      HETERO_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ToolJson(tool));
+      absl::StrAppend(&out, PythonJsonDumps(json, 4), "\n\n");
+    }
+    absl::StrAppend(&out, first_user, "<|eot_id|>");
+  }
+  for (size_t i = next; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool" || m.role == "ipython") {
+      // The template writes a string result through `tojson` (strings are iterable in Jinja).
+      absl::StrAppend(&out, "<|start_header_id|>ipython<|end_header_id|>\n\n",
+                      PythonJsonDumps(nlohmann::ordered_json(m.content)), "<|eot_id|>");
+    } else if (!m.tool_calls.empty()) {
+      if (m.tool_calls.size() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat("llama3 chat format: message ", i, " has ",
+                                                       m.tool_calls.size(),
+                                                       " tool calls; this family takes one per turn"));
+      }
+      HETERO_ASSIGN_OR_RETURN(std::string args, ArgumentsJson(m.tool_calls[0]));
+      absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"", m.tool_calls[0].name,
+                      "\", \"parameters\": ", args, "}<|eot_id|>");
+    } else {
+      AppendLlamaTurn(m.role, Trim(m.content), out);
+    }
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// ---- Mistral, Zephyr, Gemma -----------------------------------------------------------------
+
+// Mistral Instruct v0.2 style; a system message is prepended to the next user message.
+absl::StatusOr<std::string> RenderMistral(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages) {
+  std::string out = spec.bos;
+  std::string pending_system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      pending_system = m.content;
+    } else if (m.role == "user") {
+      const std::string content = pending_system.empty() ? m.content : absl::StrCat(pending_system, "\n\n", m.content);
+      pending_system.clear();
+      absl::StrAppend(&out, "[INST] ", content, " [/INST]");
+    } else if (m.role == "assistant") {
+      absl::StrAppend(&out, m.content, spec.eos);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("mistral chat format has no '", m.role, "' role"));
+    }
+  }
+  return out;  // "[/INST]" already prompts the assistant
+}
+
+absl::StatusOr<std::string> RenderZephyr(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    if (m.role != "user" && m.role != "system" && m.role != "assistant") continue;  // as the template
+    absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, spec.eos, "\n");
+  }
+  if (add_generation_prompt) out += "<|assistant|>\n";
+  return out;
+}
+
+// Gemma: "model" for the assistant; a system message is merged into the first user turn.
+absl::StatusOr<std::string> RenderGemma(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
+                                        bool add_generation_prompt) {
+  std::string out = spec.bos;
+  std::string pending_system;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") {
+      pending_system = Trim(m.content);
+      continue;
+    }
+    std::string content = Trim(m.content);
+    if (!pending_system.empty() && m.role == "user") {
+      content = absl::StrCat(pending_system, "\n\n", content);
+      pending_system.clear();
+    }
+    const absl::string_view role = m.role == "assistant" ? "model" : absl::string_view(m.role);
+    absl::StrAppend(&out, "<start_of_turn>", role, "\n", content, "<end_of_turn>\n");
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// The default system prompt a ChatML template writes as a literal system turn.
+std::string FindDefaultSystemPrompt(absl::string_view jinja) {
+  constexpr absl::string_view kOpen = "<|im_start|>system";
+  size_t pos = 0;
+  while ((pos = jinja.find(kOpen, pos)) != absl::string_view::npos) {
+    pos += kOpen.size();
+    absl::string_view rest = jinja.substr(pos);
+    if (absl::StartsWith(rest, "\\n")) {
+      rest.remove_prefix(2);
+    } else if (absl::StartsWith(rest, "\n")) {
+      rest.remove_prefix(1);
+    } else {
+      continue;
+    }
+    const size_t end = rest.find("<|im_end|>");
+    if (end == absl::string_view::npos) continue;
+    const absl::string_view text = rest.substr(0, end);
+    // A literal, not an expression such as `' + message['content'] + '`.
+    if (text.empty() || text.find_first_of("'\"{}+") != absl::string_view::npos) continue;
+    return std::string(text);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string_view ChatFormatName(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::kChatML: return "chatml";
+    case ChatFormat::kLlama3: return "llama3";
+    case ChatFormat::kMistral: return "mistral";
+    case ChatFormat::kZephyr: return "zephyr";
+    case ChatFormat::kGemma: return "gemma";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {
+  for (ChatFormat f : {ChatFormat::kChatML, ChatFormat::kLlama3, ChatFormat::kMistral, ChatFormat::kZephyr,
+                       ChatFormat::kGemma}) {
+    if (ChatFormatName(f) == name) return f;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown chat format '", std::string(name),
+                                                 "' (known: chatml, llama3, mistral, zephyr, gemma)"));
+}
+
+ChatTemplate ChatTemplate::ForFormat(ChatFormat format) {
+  auto spec = std::make_shared<Spec>();
+  spec->format = format;
+  switch (format) {
+    case ChatFormat::kChatML: break;
+    case ChatFormat::kLlama3:
+      spec->llama31 = true;
+      spec->bos = "<|begin_of_text|>";
+      break;
+    case ChatFormat::kMistral:
+      spec->bos = "<s>";
+      spec->eos = "</s>";
+      break;
+    case ChatFormat::kZephyr: spec->eos = "</s>"; break;
+    case ChatFormat::kGemma: spec->bos = "<bos>"; break;
+  }
+  return ChatTemplate(std::move(spec));
+}
+
+ChatTemplate ChatTemplate::Custom(ChatFormatter formatter) {
+  auto spec = std::make_shared<Spec>();
+  spec->custom = std::move(formatter);
+  return ChatTemplate(std::move(spec));
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text) {
+  const absl::string_view jinja(jinja_text.data(), jinja_text.size());
+  std::optional<ChatFormat> format;
+  if (absl::StrContains(jinja, "<|im_start|>")) {
+    format = ChatFormat::kChatML;
+  } else if (absl::StrContains(jinja, "<|start_header_id|>")) {
+    format = ChatFormat::kLlama3;
+  } else if (absl::StrContains(jinja, "<start_of_turn>")) {
+    format = ChatFormat::kGemma;
+  } else if (absl::StrContains(jinja, "[INST]")) {
+    format = ChatFormat::kMistral;
+  } else if (absl::StrContains(jinja, "<|user|>") && absl::StrContains(jinja, "<|assistant|>") &&
+             !absl::StrContains(jinja, "<|end|>")) {
+    format = ChatFormat::kZephyr;
+  }
+  if (!format.has_value()) {
+    std::string head(jinja.substr(0, 80));
+    for (char& c : head) {
+      if (c == '\n') c = ' ';
+    }
+    return absl::UnimplementedError(absl::StrCat(
+        "chat template not recognised (it begins \"", PrintableName(head),
+        "\"); choose a family with ChatTemplate::ForFormat (chatml, llama3, mistral, zephyr, gemma) "
+        "or supply a formatter with ChatTemplate::Custom"));
+  }
+  ChatTemplate t = ForFormat(*format);
+  auto spec = std::make_shared<Spec>(*t.spec_);
+  if (*format == ChatFormat::kChatML) {
+    spec->default_system_prompt = FindDefaultSystemPrompt(jinja);
+    spec->hermes_tools = absl::StrContains(jinja, "<tools>");
+  } else if (*format == ChatFormat::kLlama3) {
+    spec->llama31 = absl::StrContains(jinja, "Cutting Knowledge Date") || absl::StrContains(jinja, "ipython");
+  }
+  return ChatTemplate(std::move(spec));
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::FromModel(const Model& model) {
+  const GgufFile& file = *model.impl().gguf;
+  const GgufValue* value = file.FindValue("tokenizer.chat_template");
+  if (value == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "model '", model.path(), "' has no tokenizer.chat_template; choose a family with "
+        "ChatTemplate::ForFormat or supply a formatter with ChatTemplate::Custom"));
+  }
+  HETERO_ASSIGN_OR_RETURN(absl::string_view jinja, file.GetString("tokenizer.chat_template"));
+  HETERO_ASSIGN_OR_RETURN(ChatTemplate t, FromJinja(std::string_view(jinja.data(), jinja.size())));
+  // The model's own BOS/EOS text, where the family writes them.
+  auto spec = std::make_shared<Spec>(*t.spec_);
+  const GgufValue* tokens = file.FindValue("tokenizer.ggml.tokens");
+  auto token_text = [&](const char* key, std::string& out) {
+    const GgufValue* id = file.FindValue(key);
+    if (tokens == nullptr || id == nullptr || out.empty()) return;
+    absl::StatusOr<const GgufArray*> list = tokens->ToArray();
+    absl::StatusOr<uint64_t> index = id->ToUint64();
+    if (list.ok() && index.ok() && (*list)->element_type == GgufValueType::kString && *index < (*list)->size) {
+      out = std::string((*list)->strings[*index]);
+    }
+  };
+  token_text("tokenizer.ggml.bos_token_id", spec->bos);
+  token_text("tokenizer.ggml.eos_token_id", spec->eos);
+  return ChatTemplate(std::move(spec));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                                 const std::vector<ToolDefinition>& tools,
+                                                 bool add_generation_prompt) const {
+  if (spec_->custom) return spec_->custom(messages, tools, add_generation_prompt);
+  switch (spec_->format) {
+    case ChatFormat::kChatML: return RenderChatML(*spec_, messages, tools, add_generation_prompt);
+    case ChatFormat::kLlama3: return RenderLlama3(*spec_, messages, tools, add_generation_prompt);
+    case ChatFormat::kMistral: return RenderMistral(*spec_, messages);
+    case ChatFormat::kZephyr: return RenderZephyr(*spec_, messages, add_generation_prompt);
+    case ChatFormat::kGemma: return RenderGemma(*spec_, messages, add_generation_prompt);
+  }
+  return absl::InternalError("unknown chat format");
+}
+
+std::string ChatTemplate::Describe() const {
+  if (spec_->custom) return "custom";
+  std::string d(ChatFormatName(spec_->format));
+  if (spec_->hermes_tools) d += " (hermes tools)";
+  if (spec_->format == ChatFormat::kLlama3) d += spec_->llama31 ? " (3.1+)" : " (3.0)";
+  return d;
+}
+
+bool ChatTemplate::supports_tools() const {
+  return !spec_->custom && (spec_->hermes_tools || (spec_->format == ChatFormat::kLlama3 && spec_->llama31));
+}
+
+const std::string& ChatTemplate::default_system_prompt() const { return spec_->default_system_prompt; }
+
+}  // namespace hetero

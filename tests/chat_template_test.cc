@@ -1,0 +1,207 @@
+// Chat templates against jinja2 renderings of the real templates
+// (tests/data/chat_template_vectors.json, made by scripts/gen_chat_template_vectors.py):
+// the default model's own template, Qwen2.5 (ChatML + Hermes tools), Llama 3.1 (tools) and
+// Gemma 2; plus detection, the families without vectors, Python-style JSON and errors.
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/chat.h"
+#include "hetero/model.h"
+#include "nlohmann/json.hpp"
+#include "src/runtime/chat/python_json.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/tiny_model.h"
+
+namespace hetero {
+namespace {
+
+using ::hetero::testing::StatusIs;
+using ::testing::HasSubstr;
+using Json = nlohmann::ordered_json;
+
+struct Conversation {
+  std::vector<ChatMessage> messages;
+  std::vector<ToolDefinition> tools;
+};
+
+Conversation ToConversation(const Json& j) {
+  Conversation c;
+  for (const Json& m : j["messages"]) {
+    ChatMessage msg;
+    msg.role = m["role"].get<std::string>();
+    msg.content = m["content"].get<std::string>();
+    if (m.contains("name")) msg.name = m["name"].get<std::string>();
+    if (m.contains("tool_calls")) {
+      for (const Json& call : m["tool_calls"]) {
+        msg.tool_calls.push_back({call["id"].get<std::string>(), call["function"]["name"].get<std::string>(),
+                                  call["function"]["arguments"].dump()});
+      }
+    }
+    c.messages.push_back(std::move(msg));
+  }
+  if (j.contains("tools")) {
+    for (const Json& t : j["tools"]) {
+      c.tools.push_back({t["name"].get<std::string>(), t["description"].get<std::string>(), t["parameters"].dump()});
+    }
+  }
+  return c;
+}
+
+Json LoadVectors() {
+  std::ifstream in(std::string(HETERO_TEST_DATA_DIR) + "/chat_template_vectors.json");
+  EXPECT_TRUE(in.good());
+  return Json::parse(in);
+}
+
+std::optional<ChatTemplate> TemplateFor(const std::string& name) {
+  if (name == "smollm2") {
+    if (!std::filesystem::exists(kDefaultModelPath)) return std::nullopt;
+    auto model = Model::Load(kDefaultModelPath);
+    EXPECT_TRUE(model.ok()) << model.status();
+    auto t = ChatTemplate::FromModel(**model);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? std::optional<ChatTemplate>(*t) : std::nullopt;
+  }
+  if (name == "qwen2.5") {
+    // Detection reads the default system prompt and the tools section from the template;
+    // these are the features that distinguish Qwen2.5's.
+    auto t = ChatTemplate::FromJinja(
+        "{{ '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+        "{{ '<tools>' }}");
+    EXPECT_TRUE(t.ok());
+    return *t;
+  }
+  if (name == "llama3.1") return ChatTemplate::ForFormat(ChatFormat::kLlama3);
+  if (name == "gemma2") return ChatTemplate::ForFormat(ChatFormat::kGemma);
+  return std::nullopt;
+}
+
+class ChatTemplateVectorsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChatTemplateVectorsTest, MatchesJinja) {
+  static const Json* data = new Json(LoadVectors());
+  const std::string name = GetParam();
+  std::optional<ChatTemplate> chat = TemplateFor(name);
+  if (!chat.has_value()) GTEST_SKIP() << "default model not present at " << kDefaultModelPath;
+  int checked = 0;
+  for (const Json& v : (*data)["vectors"]) {
+    if (v["template"] != name) continue;
+    const int index = v["conversation"].get<int>();
+    const Conversation c = ToConversation((*data)["conversations"][index]);
+    const bool gen = v["add_generation_prompt"].get<bool>();
+    auto rendered = chat->Render(c.messages, c.tools, gen);
+    ASSERT_TRUE(rendered.ok()) << rendered.status();
+    EXPECT_EQ(*rendered, v["expected"].get<std::string>())
+        << name << " conversation " << index << " add_generation_prompt=" << gen << "\n--- got:\n"
+        << absl::CEscape(*rendered) << "\n--- want:\n" << absl::CEscape(v["expected"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_GE(checked, name == "smollm2" ? 40 : 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Templates, ChatTemplateVectorsTest,
+                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2"), [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n) if (ch == '.') ch = '_';
+                           return n;
+                         });
+
+TEST(ChatTemplateTest, DefaultModelIsChatMLWithDefaultSystemPrompt) {
+  if (!std::filesystem::exists(kDefaultModelPath)) GTEST_SKIP() << "default model not present";
+  auto model = Model::Load(kDefaultModelPath);
+  ASSERT_TRUE(model.ok());
+  auto chat = ChatTemplate::FromModel(**model);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->Describe(), "chatml");
+  EXPECT_FALSE(chat->supports_tools());
+  EXPECT_EQ(chat->default_system_prompt(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+}
+
+TEST(ChatTemplateTest, DetectsFamilies) {
+  EXPECT_EQ(ChatTemplate::FromJinja("{{ '<|start_header_id|>' }}")->Describe(), "llama3 (3.0)");
+  EXPECT_EQ(ChatTemplate::FromJinja("<|start_header_id|> Cutting Knowledge Date")->Describe(), "llama3 (3.1+)");
+  EXPECT_EQ(ChatTemplate::FromJinja("{{ '[INST] ' + content + ' [/INST]' }}")->Describe(), "mistral");
+  EXPECT_EQ(ChatTemplate::FromJinja("<|user|>\n...<|assistant|>")->Describe(), "zephyr");
+  EXPECT_EQ(ChatTemplate::FromJinja("<start_of_turn>user")->Describe(), "gemma");
+  EXPECT_EQ(ChatTemplate::FromJinja("<|im_start|>{{ message.role }}")->Describe(), "chatml");
+  EXPECT_THAT(ChatTemplate::FromJinja("{% for m in messages %}### {{ m.content }}{% endfor %}"),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("ChatTemplate::ForFormat")));
+  EXPECT_THAT(ChatTemplate::FromJinja("<|user|> <|end|> <|assistant|>"),  // Phi-3, not Zephyr
+              StatusIs(absl::StatusCode::kUnimplemented));
+}
+
+TEST(ChatTemplateTest, FamiliesWithoutVectors) {
+  const std::vector<ChatMessage> chat = {
+      {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kMistral).Render(chat, {}, true),
+            "<s>[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
+  EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kZephyr).Render(chat, {}, true),
+            "<|system|>\nBe brief.</s>\n<|user|>\nHi</s>\n<|assistant|>\nHello.</s>\n<|user|>\nBye</s>\n<|assistant|>\n");
+  EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kGemma).Render(chat, {}, true),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kChatML).Render(chat, {}, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
+  EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kLlama3).Render({{"user", " Hi "}}, {}, false),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+            "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kMistral).Render({{"tool", "x"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no 'tool' role")));
+}
+
+TEST(ChatTemplateTest, CustomFormatter) {
+  ChatTemplate custom = ChatTemplate::Custom(
+      [](const std::vector<ChatMessage>& messages, const std::vector<ToolDefinition>&, bool gen) -> absl::StatusOr<std::string> {
+        std::string out;
+        for (const ChatMessage& m : messages) out += m.role + ": " + m.content + "\n";
+        return gen ? out + "assistant: " : out;
+      });
+  EXPECT_EQ(custom.Describe(), "custom");
+  EXPECT_EQ(*custom.Render({{"user", "Hi"}}, {}, true), "user: Hi\nassistant: ");
+}
+
+TEST(ChatTemplateTest, BadToolJsonAndTooManyCalls) {
+  ChatTemplate hermes = *ChatTemplate::FromJinja("<|im_start|> <tools>");
+  ChatTemplate llama = ChatTemplate::ForFormat(ChatFormat::kLlama3);
+  const std::vector<ToolDefinition> bad_tool = {{"t", "d", "{not json"}};
+  EXPECT_THAT(hermes.Render({{"user", "x"}}, bad_tool, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("parameters of tool 't' is not valid JSON")));
+  ChatMessage call{"assistant", "", {{"1", "f", "[1, 2"}}};
+  EXPECT_THAT(hermes.Render({{"user", "x"}, call}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("arguments of the call to 'f'")));
+  ChatMessage two{"assistant", "", {{"1", "f", "{}"}, {"2", "g", "{}"}}};
+  EXPECT_THAT(llama.Render({{"user", "x"}, two}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("takes one per turn")));
+  EXPECT_THAT(llama.Render({{"system", "s"}}, {{"f", "d", "{}"}}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("there is none")));
+}
+
+TEST(ChatTemplateTest, ModelWithoutTemplate) {
+  auto model = Model::Load(testing::WriteTinyModel(testing::TinyModelOptions{}, "no_template.gguf"));
+  ASSERT_TRUE(model.ok());
+  EXPECT_THAT(ChatTemplate::FromModel(**model), StatusIs(absl::StatusCode::kNotFound, HasSubstr("ForFormat")));
+  EXPECT_THAT(ParseChatFormat("vicuna"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'vicuna'")));
+  EXPECT_EQ(*ParseChatFormat("gemma"), ChatFormat::kGemma);
+}
+
+// json.dumps compatibility, checked against strings Python 3.11 produced.
+TEST(PythonJsonTest, MatchesJsonDumps) {
+  const Json v = Json::parse(R"({"b": 1, "a": [1.5, 1e-05, 1e16, 1e15, -0.0, 100.0, true, null],
+                                 "s": "quote\" back\\ tab\t nl\n \u0001 é 中", "e": {}, "l": []})");
+  EXPECT_EQ(PythonJsonDumps(v),
+            R"({"b": 1, "a": [1.5, 1e-05, 1e+16, 1000000000000000.0, -0.0, 100.0, true, null], )"
+            R"("s": "quote\" back\\ tab\t nl\n \u0001 é 中", "e": {}, "l": []})");
+  EXPECT_EQ(PythonJsonDumps(Json::parse(R"({"a": [1, {"b": 2}], "c": {}})"), 4),
+            "{\n    \"a\": [\n        1,\n        {\n            \"b\": 2\n        }\n    ],\n    \"c\": {}\n}");
+  EXPECT_EQ(PythonJsonDumps(Json::parse("0.1")), "0.1");
+  EXPECT_EQ(PythonJsonDumps(Json::parse("123456789.0")), "123456789.0");
+  EXPECT_EQ(PythonJsonDumps(Json::parse("0.0001")), "0.0001");
+  EXPECT_EQ(PythonJsonDumps(Json::parse("1.5e-7")), "1.5e-07");
+}
+
+}  // namespace
+}  // namespace hetero
