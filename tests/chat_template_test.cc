@@ -2,6 +2,7 @@
 // (tests/data/chat_template_vectors.json, made by scripts/gen_chat_template_vectors.py):
 // the default model's own template, Qwen2.5 (ChatML + Hermes tools), Llama 3.1 (tools) and
 // Gemma 2; plus detection, the families without vectors, Python-style JSON and errors.
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -70,7 +71,7 @@ std::optional<ChatTemplate> TemplateFor(const std::string& name) {
     // these are the features that distinguish Qwen2.5's.
     auto t = ChatTemplate::FromJinja(
         "{{ '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
-        "{{ '<tools>' }}");
+        "{{ '<tools>' }} You may call one or more functions to assist with the user query.");
     EXPECT_TRUE(t.ok());
     return *t;
   }
@@ -131,6 +132,18 @@ TEST(ChatTemplateTest, DetectsFamilies) {
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("ChatTemplate::ForFormat")));
   EXPECT_THAT(ChatTemplate::FromJinja("<|user|> <|end|> <|assistant|>"),  // Phi-3, not Zephyr
               StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_THAT(ChatTemplate::FromJinja("<|im_start|> <think>"), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("<think>")));
+  EXPECT_THAT(ChatTemplate::FromJinja("<|im_start|> <tools> You are a function calling AI model."),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("tool section other than Qwen2.5's")));
+  // Llama 3.2+ writes today's date.
+  auto llama32 = ChatTemplate::FromJinja("<|start_header_id|> Cutting Knowledge Date {{ strftime_now('%d %b %Y') }}");
+  ASSERT_TRUE(llama32.ok());
+  char today[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(today, sizeof today, "%d %b %Y", &local);
+  EXPECT_THAT(*llama32->Render({{"user", "x"}}, {}, false), HasSubstr(std::string("Today Date: ") + today + "\n"));
 }
 
 TEST(ChatTemplateTest, FamiliesWithoutVectors) {
@@ -143,6 +156,8 @@ TEST(ChatTemplateTest, FamiliesWithoutVectors) {
   EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kGemma).Render(chat, {}, true),
             "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n"
             "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kGemma).Render({{"user", "a"}, {"system", "late"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("can only come first")));
   EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kChatML).Render(chat, {}, false),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
@@ -165,7 +180,8 @@ TEST(ChatTemplateTest, CustomFormatter) {
 }
 
 TEST(ChatTemplateTest, BadToolJsonAndTooManyCalls) {
-  ChatTemplate hermes = *ChatTemplate::FromJinja("<|im_start|> <tools>");
+  ChatTemplate hermes =
+      *ChatTemplate::FromJinja("<|im_start|> <tools> You may call one or more functions to assist with the user query.");
   ChatTemplate llama = ChatTemplate::ForFormat(ChatFormat::kLlama3);
   const std::vector<ToolDefinition> bad_tool = {{"t", "d", "{not json"}};
   EXPECT_THAT(hermes.Render({{"user", "x"}}, bad_tool, true),
@@ -201,6 +217,20 @@ TEST(PythonJsonTest, MatchesJsonDumps) {
   EXPECT_EQ(PythonJsonDumps(Json::parse("123456789.0")), "123456789.0");
   EXPECT_EQ(PythonJsonDumps(Json::parse("0.0001")), "0.0001");
   EXPECT_EQ(PythonJsonDumps(Json::parse("1.5e-7")), "1.5e-07");
+  // Shortest round-trip digits, exponent form from 1e16 (reference: Python 3.11 repr).
+  EXPECT_EQ(PythonJsonDumps(Json::parse("15212694943869152.0")), "1.5212694943869152e+16");
+  EXPECT_EQ(PythonJsonDumps(Json::parse("7.1202363472230445e-307")), "7.120236347223045e-307");
+  EXPECT_EQ(PythonJsonDumps(Json::parse("-2.5e-5")), "-2.5e-05");
+}
+
+TEST(PythonJsonTest, RejectsWhatItCannotWriteFaithfully) {
+  EXPECT_THAT(ParseOrderedJson(std::string(200, '[') + std::string(200, ']'), "args"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("args nests deeper than 128")));
+  EXPECT_THAT(ParseOrderedJson(R"({"n": 18446744073709551616})", "args"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("18446744073709551616, beyond 64 bits")));
+  EXPECT_THAT(ParseOrderedJson(R"([-9223372036854775809])", "args"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(ParseOrderedJson(R"({"s": "[[[[ 99999999999999999999 ]]]]", "n": -9223372036854775808})", "args").ok());
+  EXPECT_THAT(ParseOrderedJson("{", "args"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
 }
 
 }  // namespace

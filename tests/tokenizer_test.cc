@@ -247,6 +247,16 @@ TEST(PreTokenizerTest, UnknownNameIsAnError) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not compile")));
 }
 
+TEST(PreTokenizerTest, EmptyMatchesNeitherLoseNorRepeatText) {
+  auto pre = PreTokenizer::FromPatterns("test", {"x*"}, false);
+  ASSERT_TRUE(pre.ok());
+  std::vector<absl::string_view> pieces;
+  ASSERT_TRUE((*pre)->Split("abxc", pieces).ok());
+  std::string joined;
+  for (absl::string_view p : pieces) joined += std::string(p);
+  EXPECT_EQ(joined, "abxc");
+}
+
 TEST(PreTokenizerTest, UnicodeClassesCoverAllScripts) {
   auto pre = PreTokenizer::Create("gpt-2");
   ASSERT_TRUE(pre.ok());
@@ -307,6 +317,61 @@ TEST(VocabTest, RejectsBadVocabularies) {
   bad_byte.AddString("tokenizer.ggml.model", "llama").AddStringArray("tokenizer.ggml.tokens", {"<0xZZ>"});
   bad_byte.AddFloat32Array("tokenizer.ggml.scores", {0}).AddInt32Array("tokenizer.ggml.token_type", {6});
   EXPECT_THAT(load_kept(bad_byte), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not of the form <0xNN>")));
+}
+
+// Merging never builds a control, unknown or byte token out of plain text, and a piece
+// with a byte that has no token becomes <unk> as a whole.
+TEST(SentencePieceTest, MergesOnlyIntoOrdinaryPieces) {
+  testing::GgufBuilder b;
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>", "<", "s", ">", "<s", "x", "\xE2\x96\x81", "\xE2\x96\x81x", "<0xE4>"};
+  std::vector<int32_t> types = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6};
+  b.AddString("tokenizer.ggml.model", "llama").AddStringArray("tokenizer.ggml.tokens", tokens);
+  b.AddFloat32Array("tokenizer.ggml.scores", std::vector<float>(tokens.size(), -1.0f));
+  b.AddInt32Array("tokenizer.ggml.token_type", types);
+  b.AddUint32("tokenizer.ggml.unknown_token_id", 0);
+  const std::vector<uint8_t> bytes = b.Build();
+  auto file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok());
+  auto impl = Tokenizer::Impl::FromGguf(**file);
+  ASSERT_TRUE(impl.ok()) << impl.status();
+  std::vector<int32_t> ids;
+  ASSERT_TRUE((*impl)->Encode("x<s>x", false, false, ids).ok());
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 0) << ::testing::PrintToString(ids);
+  ids.clear();
+  ASSERT_TRUE((*impl)->Encode("\xE4\xB8\xAD", false, false, ids).ok());  // only 0xE4 has a byte token
+  EXPECT_THAT(ids, ElementsAre(8, 0));
+}
+
+TEST(TokenizerTest, LongestSpecialTokenWinsAmongManyLengths) {
+  testing::GgufBuilder b;
+  b.AddString("tokenizer.ggml.model", "gpt2").AddString("tokenizer.ggml.pre", "gpt-2");
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int c = 0; c < 256; ++c) {  // every byte character, so plain text always encodes
+    std::string s;
+    const int cp = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE) ? c : -1;
+    if (cp < 0) continue;
+    AppendUtf8(static_cast<uint32_t>(cp), s);
+    tokens.push_back(s);
+    types.push_back(1);
+  }
+  for (const char* special : {"<a>", "<ab>", "<abc>", "<abcd>", "<a"}) {
+    tokens.push_back(special);
+    types.push_back(3);
+  }
+  b.AddStringArray("tokenizer.ggml.tokens", tokens).AddStringArray("tokenizer.ggml.merges", {});
+  b.AddInt32Array("tokenizer.ggml.token_type", types);
+  const std::vector<uint8_t> bytes = b.Build();
+  auto file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok());
+  auto impl = Tokenizer::Impl::FromGguf(**file);
+  ASSERT_TRUE(impl.ok()) << impl.status();
+  const int32_t base = static_cast<int32_t>(tokens.size()) - 5;
+  auto fragments = (*impl)->SplitSpecials("<abc><ab><a><abcd><a", true);
+  std::vector<int32_t> ids;
+  for (const auto& f : fragments) ids.push_back(f.token);
+  EXPECT_THAT(ids, ElementsAre(base + 2, base + 1, base + 0, base + 3, base + 4));
+  EXPECT_EQ((*impl)->SplitSpecials("<abc>", false).size(), 1u);  // control: text without parse_special
 }
 
 TEST(VocabTest, TokenizerLargerThanTheModelIsRejected) {

@@ -37,8 +37,9 @@ class HETERO_EXPORT Tokenizer {
                                               bool parse_special) const;
 
   // The bytes `ids` stand for. Control tokens render as their text unless `skip_special`.
-  // For SentencePiece vocabularies the space added in front of the text is removed, so
-  // Decode(Encode(s)) == s for any s.
+  // For SentencePiece vocabularies the space added in front of the text is removed.
+  // Decode(Encode(s)) == s when no special token matched inside s and every byte of s has
+  // a token (see docs/TOKENIZATION.md for the exceptions).
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids, bool skip_special = false) const;
 
   int32_t vocab_size() const;

@@ -4,6 +4,8 @@
 // them with jinja2 renderings of the real templates.
 #include "hetero/chat.h"
 
+#include <ctime>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "hetero/model.h"
@@ -20,6 +22,7 @@ struct ChatTemplate::Spec {
   std::string default_system_prompt;  // ChatML: added when the conversation has none
   bool hermes_tools = false;          // ChatML with a <tools> section (Qwen2.5 style)
   bool llama31 = false;               // Llama 3.1+: date header and tool format
+  bool date_from_clock = false;       // Llama 3.2+: "Today Date" is today (strftime_now)
   std::string bos;                    // text the template writes as bos_token
   std::string eos;                    // text the template writes as eos_token
 };
@@ -61,6 +64,16 @@ std::string Trim(absl::string_view s) {
     if (!space) last_content_end = end;
   }
   return std::string(s.substr(begin, last_content_end - begin));
+}
+
+// strftime("%d %b %Y") of the local date, as the templates' strftime_now gives it.
+std::string TodayDate() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char buf[32];
+  const size_t n = std::strftime(buf, sizeof buf, "%d %b %Y", &local);
+  return std::string(buf, n);
 }
 
 absl::StatusOr<nlohmann::ordered_json> ToolJson(const ToolDefinition& tool) {
@@ -175,7 +188,8 @@ absl::StatusOr<std::string> RenderLlama3(const ChatTemplate::Spec& spec, const s
   }
   out += "<|start_header_id|>system<|end_header_id|>\n\n";
   if (!tools.empty()) out += "Environment: ipython\n";
-  out += "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  absl::StrAppend(&out, "Cutting Knowledge Date: December 2023\nToday Date: ",
+                  spec.date_from_clock ? TodayDate() : std::string("26 Jul 2024"), "\n\n");
   absl::StrAppend(&out, system_message, "<|eot_id|>");
   if (!tools.empty()) {
     if (next >= messages.size()) {
@@ -251,23 +265,27 @@ absl::StatusOr<std::string> RenderZephyr(const ChatTemplate::Spec& spec, const s
   return out;
 }
 
-// Gemma: "model" for the assistant; a system message is merged into the first user turn.
+// Gemma (Gemma 3's rules): "model" for the assistant; a first system message becomes a
+// prefix ("<system>\n\n", untrimmed) of the first turn; system messages elsewhere are not
+// expressible (Gemma 2's template refuses system messages altogether).
 absl::StatusOr<std::string> RenderGemma(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
                                         bool add_generation_prompt) {
   std::string out = spec.bos;
-  std::string pending_system;
-  for (const ChatMessage& m : messages) {
+  std::string first_prefix;
+  size_t start = 0;
+  if (!messages.empty() && messages[0].role == "system") {
+    first_prefix = messages[0].content + "\n\n";
+    start = 1;
+  }
+  for (size_t i = start; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
     if (m.role == "system") {
-      pending_system = Trim(m.content);
-      continue;
-    }
-    std::string content = Trim(m.content);
-    if (!pending_system.empty() && m.role == "user") {
-      content = absl::StrCat(pending_system, "\n\n", content);
-      pending_system.clear();
+      return absl::InvalidArgumentError(
+          absl::StrCat("gemma chat format: a system message can only come first (message ", i, ")"));
     }
     const absl::string_view role = m.role == "assistant" ? "model" : absl::string_view(m.role);
-    absl::StrAppend(&out, "<start_of_turn>", role, "\n", content, "<end_of_turn>\n");
+    absl::StrAppend(&out, "<start_of_turn>", role, "\n", i == start ? first_prefix : "", Trim(m.content),
+                    "<end_of_turn>\n");
   }
   if (add_generation_prompt) out += "<start_of_turn>model\n";
   return out;
@@ -372,10 +390,23 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text
   ChatTemplate t = ForFormat(*format);
   auto spec = std::make_shared<Spec>(*t.spec_);
   if (*format == ChatFormat::kChatML) {
+    // Variants whose prompts this renderer would get wrong are refused, not guessed.
+    if (absl::StrContains(jinja, "<think>")) {
+      return absl::UnimplementedError(
+          "ChatML template with <think> reasoning sections (Qwen3 / DeepSeek-R1 style) is not supported; "
+          "use ChatTemplate::ForFormat(ChatFormat::kChatML) or ChatTemplate::Custom");
+    }
     spec->default_system_prompt = FindDefaultSystemPrompt(jinja);
     spec->hermes_tools = absl::StrContains(jinja, "<tools>");
+    if (spec->hermes_tools &&
+        !absl::StrContains(jinja, "You may call one or more functions to assist with the user query.")) {
+      return absl::UnimplementedError(
+          "ChatML template with a tool section other than Qwen2.5's is not supported; "
+          "use ChatTemplate::Custom to render it");
+    }
   } else if (*format == ChatFormat::kLlama3) {
     spec->llama31 = absl::StrContains(jinja, "Cutting Knowledge Date") || absl::StrContains(jinja, "ipython");
+    spec->date_from_clock = absl::StrContains(jinja, "strftime_now");
   }
   return ChatTemplate(std::move(spec));
 }

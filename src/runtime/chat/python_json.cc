@@ -1,6 +1,7 @@
 #include "src/runtime/chat/python_json.h"
 
 #include <cmath>
+#include <charconv>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -33,8 +34,9 @@ void AppendString(const std::string& s, std::string& out) {
   out.push_back('"');
 }
 
-// float.__repr__: the shortest text that reads back to the same double, with Python's
-// spelling of exponents ("1e-05") and a ".0" on integral values.
+// float.__repr__: the shortest digits that read back to the same double (std::to_chars),
+// written positionally when the decimal exponent is in [-4, 16) and otherwise as
+// "d.ddde+XX" with at least two exponent digits; integral values keep a ".0".
 void AppendFloat(double d, std::string& out) {
   if (std::isnan(d)) {
     out += "NaN";
@@ -45,35 +47,32 @@ void AppendFloat(double d, std::string& out) {
     return;
   }
   char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
-    if (std::strtod(buf, nullptr) == d) break;
+  const auto result = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+  const std::string sci(buf, result.ptr);  // "-1.2345e+16"
+  const size_t e = sci.find('e');
+  const int exponent = std::stoi(sci.substr(e + 1));
+  const bool negative = sci[0] == '-';
+  std::string digits;
+  for (char c : sci.substr(0, e)) {
+    if (c >= '0' && c <= '9') digits.push_back(c);
   }
-  std::string s = buf;
-  const size_t e = s.find('e');
-  std::string mantissa = e == std::string::npos ? s : s.substr(0, e);
-  std::string exponent = e == std::string::npos ? "" : s.substr(e + 1);
-  if (!exponent.empty()) {
-    // Python: repr switches to exponent form for exp < -4 or >= 16 and writes at least two
-    // exponent digits.
-    int exp = std::stoi(exponent);
-    if (exp >= -4 && exp < 16) {
-      // Python writes these positionally: the shortest such form that reads back exactly.
-      for (int decimals = 0; decimals <= 17; ++decimals) {
-        std::snprintf(buf, sizeof buf, "%.*f", decimals, d);
-        if (std::strtod(buf, nullptr) == d) break;
-      }
-      mantissa = buf;
-      exponent.clear();
-    } else {
-      const char sign = exp < 0 ? '-' : '+';
-      exponent = absl::StrFormat("e%c%02d", sign, std::abs(exp));
-    }
+  if (negative) out.push_back('-');
+  if (exponent < -4 || exponent >= 16) {
+    out.push_back(digits[0]);
+    if (digits.size() > 1) absl::StrAppend(&out, ".", digits.substr(1));
+    absl::StrAppendFormat(&out, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    return;
   }
-  if (exponent.empty() && mantissa.find('.') == std::string::npos) {
-    mantissa += ".0";
+  if (exponent < 0) {
+    absl::StrAppend(&out, "0.", std::string(static_cast<size_t>(-exponent - 1), '0'), digits);
+    return;
   }
-  out += mantissa + exponent;
+  const size_t int_digits = static_cast<size_t>(exponent) + 1;
+  if (digits.size() <= int_digits) {
+    absl::StrAppend(&out, digits, std::string(int_digits - digits.size(), '0'), ".0");
+  } else {
+    absl::StrAppend(&out, digits.substr(0, int_digits), ".", digits.substr(int_digits));
+  }
 }
 
 void Dump(const nlohmann::ordered_json& v, int indent, int depth, std::string& out) {
@@ -137,7 +136,56 @@ std::string PythonJsonDumps(const nlohmann::ordered_json& value, int indent) {
   return out;
 }
 
+namespace {
+
+// Deep nesting would make the recursive writer (and nlohmann's destructor) exhaust the
+// stack; integers outside int64/uint64 would silently become doubles. Both are rejected
+// before parsing, by one pass over the text that skips string contents.
+constexpr int kMaxJsonDepth = 128;
+
+absl::Status CheckJsonShape(absl::string_view text, absl::string_view what) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " nests deeper than ", kMaxJsonDepth, " levels"));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    } else if ((c >= '0' && c <= '9') || c == '-') {
+      size_t j = i + (c == '-' ? 1 : 0);
+      const size_t digits_begin = j;
+      while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
+      const bool integer = j >= text.size() || (text[j] != '.' && text[j] != 'e' && text[j] != 'E');
+      const absl::string_view digits = text.substr(digits_begin, j - digits_begin);
+      const absl::string_view limit = c == '-' ? "9223372036854775808" : "18446744073709551615";
+      if (integer && (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit))) {
+        return absl::InvalidArgumentError(absl::StrCat(what, " has the integer ", text.substr(i, j - i),
+                                                       ", beyond 64 bits"));
+      }
+      i = j - 1;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(absl::string_view text, absl::string_view what) {
+  absl::Status shape = CheckJsonShape(text, what);
+  if (!shape.ok()) return shape;
   nlohmann::ordered_json value = nlohmann::ordered_json::parse(text.begin(), text.end(), nullptr,
                                                                /*allow_exceptions=*/false);
   if (value.is_discarded()) {

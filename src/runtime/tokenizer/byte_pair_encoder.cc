@@ -89,7 +89,7 @@ absl::Status BytePairEncoder::EncodePiece(absl::string_view piece, std::vector<i
   if (pre_->ignore_merges()) {
     std::string mapped;
     for (char c : piece) mapped += byte_char_[static_cast<uint8_t>(c)];
-    if (const int32_t id = vocab_.Find(mapped); id >= 0) {
+    if (const int32_t id = vocab_.Find(mapped); id >= 0 && vocab_.types[id] == TokenType::kNormal) {
       out.push_back(id);
       return absl::OkStatus();
     }

@@ -8,13 +8,24 @@
 namespace hetero {
 namespace {
 
-// The expressions of each pre-tokenizer, as published in the models' tokenizer.json.
+// The expressions of each pre-tokenizer, as published in the models' tokenizer.json, with
+// one change: `\s` is spelled out as Unicode's White_Space set. PCRE2's UCP `\s` also
+// matches U+180E (MONGOLIAN VOWEL SEPARATOR), which the reference engines (Oniguruma in
+// Hugging Face tokenizers, Python's regex) do not count as space.
+#define HETERO_WS "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+#define HETERO_SPACE "[" HETERO_WS "]"
+#define HETERO_NOT_SPACE "[^" HETERO_WS "]"
 constexpr char kGpt2Pattern[] =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))";
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" HETERO_WS "\\p{L}\\p{N}]+|" HETERO_SPACE "+(?!" HETERO_NOT_SPACE ")";
 constexpr char kLlama3Pattern[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" HETERO_WS "\\p{L}\\p{N}]+[\\r\\n]*|"
+    HETERO_SPACE "*[\\r\\n]+|" HETERO_SPACE "+(?!" HETERO_NOT_SPACE ")|" HETERO_SPACE "+";
 constexpr char kQwen2Pattern[] =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^" HETERO_WS "\\p{L}\\p{N}]+[\\r\\n]*|"
+    HETERO_SPACE "*[\\r\\n]+|" HETERO_SPACE "+(?!" HETERO_NOT_SPACE ")|" HETERO_SPACE "+";
+#undef HETERO_NOT_SPACE
+#undef HETERO_SPACE
+#undef HETERO_WS
 
 std::string Pcre2Message(int code) {
   PCRE2_UCHAR buffer[256];
@@ -116,7 +127,10 @@ absl::Status PreTokenizer::SplitWith(const Pattern& pattern, absl::string_view p
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
     const size_t begin = ovector[0];
     size_t end = ovector[1];
-    if (begin > emitted) out.push_back(piece.substr(emitted, begin - emitted));
+    if (begin > emitted) {
+      out.push_back(piece.substr(emitted, begin - emitted));
+      emitted = begin;
+    }
     if (end == begin) {
       // An empty match: step over one code point so the search advances.
       end = begin + 1;

@@ -52,23 +52,23 @@ absl::StatusOr<std::unique_ptr<SentencePieceEncoder>> SentencePieceEncoder::Crea
 }
 
 absl::Status SentencePieceEncoder::Emit(absl::string_view piece, std::vector<int32_t>& out) const {
-  if (const int32_t id = vocab_.Find(piece); id >= 0) {
+  if (const int32_t id = vocab_.Find(piece);
+      id >= 0 && vocab_.types[id] != TokenType::kControl && vocab_.types[id] != TokenType::kUnused) {
     out.push_back(id);
     return absl::OkStatus();
   }
-  // Byte fallback, or the unknown token for the whole piece when there are no byte tokens.
-  for (char c : piece) {
-    const int32_t id = byte_token_[static_cast<uint8_t>(c)];
-    if (id < 0) {
-      if (vocab_.unk < 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "tokenizer: '%s' has no token, no byte fallback and no unknown token", PrintableName(piece)));
-      }
-      out.push_back(vocab_.unk);
-      return absl::OkStatus();
-    }
-    out.push_back(id);
+  // Byte fallback when every byte has its token; otherwise the unknown token for the piece.
+  bool all_bytes = true;
+  for (char c : piece) all_bytes &= byte_token_[static_cast<uint8_t>(c)] >= 0;
+  if (all_bytes) {
+    for (char c : piece) out.push_back(byte_token_[static_cast<uint8_t>(c)]);
+    return absl::OkStatus();
   }
+  if (vocab_.unk < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tokenizer: '%s' has no token, no byte fallback and no unknown token", PrintableName(piece)));
+  }
+  out.push_back(vocab_.unk);
   return absl::OkStatus();
 }
 
@@ -109,7 +109,8 @@ absl::Status SentencePieceEncoder::Encode(absl::string_view text, bool prefix_sp
     const Symbol& l = symbols[left];
     const Symbol& r = symbols[l.next];
     const int32_t id = vocab_.Find(absl::string_view(escaped).substr(l.begin, l.size + r.size));
-    if (id < 0 || vocab_.types[id] == TokenType::kUnused) return;
+    // Only ordinary pieces are merge results: never control, unknown, byte or unused ones.
+    if (id < 0 || (vocab_.types[id] != TokenType::kNormal && vocab_.types[id] != TokenType::kUserDefined)) return;
     queue.push({vocab_.scores[id], left, l.next, l.size + r.size});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) push(i);

@@ -38,9 +38,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer::Impl>> Tokenizer::Impl::FromGguf(const
       impl->specials.push_back({v.tokens[id], id, !control});
     }
   }
-  std::stable_sort(impl->specials.begin(), impl->specials.end(),
-                   [](const SpecialToken& a, const SpecialToken& b) { return a.text.size() > b.text.size(); });
-  for (const SpecialToken& s : impl->specials) impl->special_first_bytes.set(static_cast<uint8_t>(s.text[0]));
+  for (const SpecialToken& s : impl->specials) {
+    impl->special_first_bytes.set(static_cast<uint8_t>(s.text[0]));
+    auto group = std::find_if(impl->specials_by_length.begin(), impl->specials_by_length.end(),
+                              [&](const SpecialsOfLength& g) { return g.length == s.text.size(); });
+    if (group == impl->specials_by_length.end()) {
+      impl->specials_by_length.push_back({s.text.size(), {}});
+      group = impl->specials_by_length.end() - 1;
+    }
+    group->by_text.emplace(s.text, &s);  // the first id with a given text wins
+  }
+  std::sort(impl->specials_by_length.begin(), impl->specials_by_length.end(),
+            [](const SpecialsOfLength& a, const SpecialsOfLength& b) { return a.length > b.length; });
   // Turn-ending control tokens besides EOS/EOT, as chat models use them.
   for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>"}) {
     const int32_t id = v.Find(name);
@@ -60,9 +69,11 @@ std::vector<Tokenizer::Impl::Fragment> Tokenizer::Impl::SplitSpecials(absl::stri
       continue;
     }
     const SpecialToken* match = nullptr;
-    for (const SpecialToken& s : specials) {  // longest first
-      if ((parse_special || s.always) && text.substr(i, s.text.size()) == s.text) {
-        match = &s;
+    for (const SpecialsOfLength& group : specials_by_length) {  // longest first
+      if (group.length > text.size() - i) continue;
+      auto it = group.by_text.find(text.substr(i, group.length));
+      if (it != group.by_text.end() && (parse_special || it->second->always)) {
+        match = it->second;
         break;
       }
     }

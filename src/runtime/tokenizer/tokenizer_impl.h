@@ -3,6 +3,8 @@
 #define HETERO_RUNTIME_TOKENIZER_TOKENIZER_IMPL_H_
 
 #include <bitset>
+
+#include "absl/container/flat_hash_map.h"
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,7 +41,14 @@ struct Tokenizer::Impl {
   Vocab vocab;
   std::unique_ptr<BytePairEncoder> bpe;       // exactly one of these two
   std::unique_ptr<SentencePieceEncoder> spm;
-  std::vector<SpecialToken> specials;         // longest text first
+  std::vector<SpecialToken> specials;
+  // Special tokens by text length, longest first, each with a hash index, so a position is
+  // tested with one look-up per distinct length (not one compare per special token).
+  struct SpecialsOfLength {
+    size_t length;
+    absl::flat_hash_map<absl::string_view, const SpecialToken*> by_text;
+  };
+  std::vector<SpecialsOfLength> specials_by_length;
   std::bitset<256> special_first_bytes;
   std::vector<int32_t> end_of_generation;
 };
