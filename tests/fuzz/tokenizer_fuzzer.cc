@@ -38,7 +38,7 @@ std::vector<uint8_t> SpmVocabulary() {
     scores.push_back(0);
     types.push_back(6);
   }
-  const char* pieces[] = {"\xE2\x96\x81", "\xE2\x96\x81t", "he", "\xE2\x96\x81the", "e", "t", "h", "a", "\xE2\x96\x81a",
+  const char* pieces[] = {"\xE2\x96\x81", "\xE2\x96\x81t", "he", "\xE2\x96\x81the", "e", "t", "h", "a", "\xE2\x96\x81" "a",
                           "in", "\xE2\x96\x81in", "\xC3\xA9", "\xE4\xB8\xAD", "\xE2\x96\x81\xE2\x96\x81"};
   float score = -1;
   for (const char* p : pieces) {
