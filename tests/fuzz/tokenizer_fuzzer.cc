@@ -1,8 +1,8 @@
 // Fuzzes both tokenizers. Properties checked on every input:
 //  - Encode never fails on any bytes, with or without special-token parsing;
 //  - Decode(Encode(s)) == s when every byte of s has a token (byte-level BPE with the
-//    default model's vocabulary), and always for SentencePiece with byte fallback (except
-//    text holding U+2581, SentencePiece's own space marker);
+//    default model's vocabulary), and for SentencePiece with byte fallback when special
+//    tokens are not parsed (except text holding U+2581, SentencePiece's own space marker);
 //  - the streaming detokenizer's pieces are valid UTF-8 and join to the lossy decoding.
 // The byte-level vocabulary is the default model's ($HETERO_MODEL or models/...).
 #include <cstdio>
@@ -122,6 +122,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (g_spm->vocab.types[id] != hetero::TokenType::kControl) at_start = false;
     spm_text += bytes;
   }
-  if (text.find("\xE2\x96\x81") == std::string::npos) Check(spm_text == text, "SPM round trip");
+  // A special token matched inside the text brings a prefix space after it (llama.cpp's
+  // rule), so the round trip is only promised for plain text.
+  if (!parse_special && text.find("\xE2\x96\x81") == std::string::npos) Check(spm_text == text, "SPM round trip");
   return 0;
 }
