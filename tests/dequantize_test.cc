@@ -13,6 +13,7 @@
 #include "hetero/model.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
+#include "tests/support/default_model.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/status_matchers.h"
 
@@ -193,10 +194,7 @@ TEST(DequantizeTest, TensorErrorsNameTheTensor) {
 // The default model's Q8_0 embedding and Q4_1 matrices, checked against a float64
 // evaluation of the block formula written here.
 TEST(DequantizeTest, DefaultModelTensorsMatchFloat64Formula) {
-  if (!std::filesystem::exists(kDefaultModelPath)) {
-    GTEST_SKIP() << "default model not present at " << kDefaultModelPath
-                 << " (run `bash scripts/setup.sh --model`)";
-  }
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
   auto file = GgufFile::Open(kDefaultModelPath);
   ASSERT_TRUE(file.ok()) << file.status();
   for (const char* name : {"token_embd.weight", "blk.7.ffn_down.weight"}) {

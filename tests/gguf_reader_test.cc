@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "hetero/model.h"
 #include "src/runtime/gguf.h"
+#include "tests/support/default_model.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/status_matchers.h"
 
@@ -214,10 +215,7 @@ TEST(GgufReaderTest, OpensFilesThroughTheMapping) {
 }
 
 TEST(GgufReaderTest, ReadsTheDefaultModel) {
-  if (!std::filesystem::exists(kDefaultModelPath)) {
-    GTEST_SKIP() << "default model not present at " << kDefaultModelPath
-                 << " (run `bash scripts/setup.sh --model`)";
-  }
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
   auto file = GgufFile::Open(kDefaultModelPath);
   ASSERT_TRUE(file.ok()) << file.status();
   const GgufFile& f = **file;

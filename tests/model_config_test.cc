@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "hetero/model.h"
 #include "src/runtime/model_config.h"
+#include "tests/support/default_model.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/tiny_model.h"
 
@@ -266,10 +267,7 @@ TEST(ModelPathTest, LookupOrder) {
 }
 
 TEST(ModelConfigTest, DefaultModel) {
-  if (!std::filesystem::exists(kDefaultModelPath)) {
-    GTEST_SKIP() << "default model not present at " << kDefaultModelPath
-                 << " (run `bash scripts/setup.sh --model`)";
-  }
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
   auto model = Model::Load(kDefaultModelPath);
   ASSERT_TRUE(model.ok()) << model.status();
   const ModelConfig& c = (*model)->config();

@@ -14,6 +14,7 @@
 #include "src/runtime/tokenizer/tokenizer_impl.h"
 #include "src/runtime/tokenizer/utf8.h"
 #include "tests/support/gguf_builder.h"
+#include "tests/support/default_model.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/tiny_model.h"
 
@@ -117,12 +118,10 @@ const Tokenizer* DefaultTokenizer() {
   return tokenizer;
 }
 
-#define REQUIRE_DEFAULT_TOKENIZER(t)                                                              \
-  const Tokenizer* t = DefaultTokenizer();                                                        \
-  if (t == nullptr) {                                                                             \
-    GTEST_SKIP() << "default model not present at " << kDefaultModelPath                         \
-                 << " (run `bash scripts/setup.sh --model`)";                                     \
-  }
+#define REQUIRE_DEFAULT_TOKENIZER(t) \
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();  \
+  const Tokenizer* t = DefaultTokenizer(); \
+  ASSERT_NE(t, nullptr)
 
 TEST(TokenizerTest, DefaultModelBasics) {
   REQUIRE_DEFAULT_TOKENIZER(t);

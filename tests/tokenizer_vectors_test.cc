@@ -15,6 +15,7 @@
 #include "src/runtime/gguf.h"
 #include "src/runtime/tokenizer/tokenizer_impl.h"
 #include "src/runtime/tokenizer/utf8.h"
+#include "tests/support/default_model.h"
 #include "tests/support/gguf_builder.h"
 
 namespace hetero {
@@ -71,9 +72,7 @@ std::string Show(const std::vector<int32_t>& ids) {
 class TokenizerVectorsTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TokenizerVectorsTest, MatchesHuggingFace) {
-  if (!std::filesystem::exists(kDefaultModelPath)) {
-    GTEST_SKIP() << "default model not present at " << kDefaultModelPath << " (run `bash scripts/setup.sh --model`)";
-  }
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
   static const auto* vectors = new std::map<std::string, std::vector<Vector>>(LoadVectors());
   const std::string pre = GetParam();
   const std::vector<Vector>& cases = vectors->at(pre);
