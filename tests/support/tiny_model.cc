@@ -1,6 +1,6 @@
 #include "tests/support/tiny_model.h"
 
-#include <random>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "src/runtime/fp16.h"
@@ -8,29 +8,73 @@
 namespace hetero::testing {
 namespace {
 
+uint64_t Fnv1a64(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// splitmix64: tiny, and trivially reproduced in NumPy.
+class Stream {
+ public:
+  explicit Stream(uint64_t seed) : state_(seed) {}
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1), exactly representable as float32.
+  float Uniform() { return static_cast<float>(Next() >> 40) * 0x1p-23f - 1.0f; }
+
+ private:
+  uint64_t state_;
+};
+
+void PutHalf(std::vector<uint8_t>& data, size_t offset, float value) {
+  const uint16_t h = Fp32ToFp16(value);
+  std::memcpy(data.data() + offset, &h, 2);
+}
+
 class TensorWriter {
  public:
-  TensorWriter(GgufBuilder& builder, const TinyModelOptions& options)
-      : builder_(builder), options_(options), rng_(options.seed) {}
+  TensorWriter(GgufBuilder& builder, const TinyModelOptions& options) : builder_(builder), options_(options) {}
 
-  // Values are mean + N(0, scale); matrices take the options' weight type, the rest F32.
-  void Add(const std::string& name, std::vector<int64_t> dims, bool is_matrix, float mean,
-           float scale) {
+  // Values are mean + scale * u; matrices take the options' weight type, the rest F32.
+  void Add(const std::string& name, std::vector<int64_t> dims, bool is_matrix, float mean, float scale) {
     if (options_.omit_tensors.contains(name)) return;
     if (auto it = options_.shape_overrides.find(name); it != options_.shape_overrides.end()) {
       dims = it->second;
     }
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> values(static_cast<size_t>(n));
-    for (float& v : values) v = mean + dist(rng_);
-    if (is_matrix && options_.weight_type == TensorType::kF16) {
-      std::vector<uint8_t> data(values.size() * 2);
-      for (size_t i = 0; i < values.size(); ++i) {
-        const uint16_t h = Fp32ToFp16(values[i]);
-        std::memcpy(data.data() + 2 * i, &h, 2);
+    Stream stream(static_cast<uint64_t>(options_.seed) ^ Fnv1a64(name));
+    const TensorType type = is_matrix ? options_.weight_type : TensorType::kF32;
+    if (type == TensorType::kQ4_0 || type == TensorType::kQ4_1 || type == TensorType::kQ8_0) {
+      const TensorTypeTraits& t = GetTensorTypeTraits(type);
+      const int64_t blocks = n / t.block_size;
+      std::vector<uint8_t> data(static_cast<size_t>(blocks) * t.type_size);
+      // Scales sized so dequantized values have roughly the requested spread.
+      const float block_scale = type == TensorType::kQ8_0 ? scale / 127.0f : scale / 8.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        uint8_t* block = data.data() + b * t.type_size;
+        for (uint32_t i = 0; i < t.type_size; ++i) block[i] = static_cast<uint8_t>(stream.Next() & 0xFF);
+        PutHalf(data, b * t.type_size, block_scale * (1.25f + stream.Uniform() / 4.0f));
+        if (type == TensorType::kQ4_1) {
+          PutHalf(data, b * t.type_size + 2, -8.0f * block_scale * (1.25f + stream.Uniform() / 4.0f));
+        }
       }
+      builder_.AddTensor(name, std::move(dims), type, std::move(data));
+      return;
+    }
+    std::vector<float> values(static_cast<size_t>(n));
+    for (float& v : values) v = mean + scale * stream.Uniform();
+    if (type == TensorType::kF16) {
+      std::vector<uint8_t> data(values.size() * 2);
+      for (size_t i = 0; i < values.size(); ++i) PutHalf(data, 2 * i, values[i]);
       builder_.AddTensor(name, std::move(dims), TensorType::kF16, std::move(data));
     } else {
       builder_.AddTensorF32(name, std::move(dims), values);
@@ -40,7 +84,6 @@ class TensorWriter {
  private:
   GgufBuilder& builder_;
   const TinyModelOptions& options_;
-  std::mt19937 rng_;
 };
 
 }  // namespace

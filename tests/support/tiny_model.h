@@ -25,7 +25,8 @@ struct TinyModelOptions {
   float rope_freq_base = 10000.0f;
   float rms_norm_eps = 1e-5f;
   bool tied_embeddings = true;
-  TensorType weight_type = TensorType::kF32;  // matrices: F32 or F16; norms/biases stay F32
+  // Matrices: F32, F16, or random blocks of Q4_0, Q4_1 or Q8_0; norms and biases stay F32.
+  TensorType weight_type = TensorType::kF32;
   uint32_t seed = 1;
   // Test hooks: tensors to leave out, and shapes to write instead of the right ones.
   std::set<std::string> omit_tensors;
@@ -34,6 +35,13 @@ struct TinyModelOptions {
   std::set<std::string> omit_keys;
 };
 
+// Weights come from a documented generator, so scripts/reference_forward.py can rebuild the
+// identical model in NumPy: each tensor has its own stream, splitmix64 seeded with
+// seed ^ fnv1a64(tensor name); a value is mean + scale * u with u = (next() >> 40) * 2^-23 - 1
+// in float32 (exactly representable, in [-1, 1)). Quantized blocks take their bytes from the
+// same stream (next() & 0xFF per byte), then set each fp16 scale to fp16(scale * (1.25 + u/4))
+// and Q4_1's minimum to fp16(-8 * scale * (1.25 + u/4)), drawing u after the block's bytes.
+//
 // A builder holding the model's metadata and tensors; add to it or Build() it.
 GgufBuilder TinyModelBuilder(const TinyModelOptions& options);
 
