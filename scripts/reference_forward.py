@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Independent reference for the CPU backend (tests only): the llama/qwen2 forward pass in
+NumPy float64, with weights dequantized by the `gguf` package. Writes
+tests/data/reference_forward.json (cases: model, prompt ids, greedy continuation) and
+tests/data/reference_logits.f32 (the final-position logits of each case's prompt,
+little-endian float32, in case order).
+
+Cases: the default model on three prompts (8-64 tokens), and small random-weight models that
+the C++ tests also write themselves (tests/support/tiny_model.cc; the same splitmix64
+generator is reproduced here): a llama with grouped-query attention and odd sizes, a qwen2
+with biases and NeoX RoPE, and quantized (Q4_1, Q8_0, Q4_0) llamas for the native kernels.
+
+    python3 -m pip install gguf==0.19.0 numpy tokenizers==0.23.3
+    python3 scripts/reference_forward.py models/SmolLM2-135M-Instruct.Q4_1.gguf
+"""
+import base64
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+from gguf import GGUFReader, GGUFWriter, GGMLQuantizationType as T
+from gguf.quants import dequantize
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "tests", "data")
+sys.path.insert(0, HERE)
+from gen_tokenizer_vectors import build, read_gguf_vocab  # noqa: E402
+
+MASK = (1 << 64) - 1
+
+
+class Stream:
+    """splitmix64, as tests/support/tiny_model.cc."""
+
+    def __init__(self, seed):
+        self.state = seed & MASK
+
+    def next(self):
+        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+    def uniform(self):
+        return np.float32(np.float32(self.next() >> 40) * np.float32(2.0 ** -23) - np.float32(1.0))
+
+
+def fnv1a64(s):
+    h = 0xcbf29ce484222325
+    for c in s.encode():
+        h ^= c
+        h = (h * 0x100000001b3) & MASK
+    return h
+
+
+QUANT = {"Q4_0": T.Q4_0, "Q4_1": T.Q4_1, "Q8_0": T.Q8_0}
+
+
+def tiny_tensor(opts, name, shape, is_matrix, mean, scale):
+    """Returns (float64 weights with numpy shape = reversed ggml dims)."""
+    n = int(np.prod(shape))
+    stream = Stream(opts["seed"] ^ fnv1a64(name))
+    wtype = opts["weight_type"] if is_matrix else "F32"
+    if wtype in QUANT:
+        q = QUANT[wtype]
+        block_size, type_size = {T.Q4_0: (32, 18), T.Q4_1: (32, 20), T.Q8_0: (32, 34)}[q]
+        block_scale = np.float32(scale) / np.float32(127.0 if q == T.Q8_0 else 8.0)
+        blocks = np.zeros((n // block_size, type_size), dtype=np.uint8)
+        for b in range(blocks.shape[0]):
+            for i in range(type_size):
+                blocks[b, i] = stream.next() & 0xFF
+            d = np.float16(block_scale * (np.float32(1.25) + stream.uniform() / np.float32(4.0)))
+            blocks[b, 0:2] = np.frombuffer(d.tobytes(), dtype=np.uint8)
+            if q == T.Q4_1:
+                m = np.float16(np.float32(-8.0) * block_scale * (np.float32(1.25) + stream.uniform() / np.float32(4.0)))
+                blocks[b, 2:4] = np.frombuffer(m.tobytes(), dtype=np.uint8)
+        values = dequantize(blocks.reshape(-1), q).astype(np.float64)
+    else:
+        values = np.array([np.float32(mean) + np.float32(scale) * stream.uniform() for _ in range(n)], dtype=np.float32)
+        if wtype == "F16":
+            values = values.astype(np.float16)
+        values = values.astype(np.float64)
+    return values.reshape(tuple(reversed(shape)))
+
+
+class Weights:
+    pass
+
+
+def tiny_model(opts):
+    w = Weights()
+    c = dict(arch=opts["architecture"], n_layers=opts["n_layers"], n_embd=opts["n_embd"], n_heads=opts["n_heads"],
+             n_kv=opts["n_kv_heads"], n_ff=opts["n_ff"], n_vocab=opts["n_vocab"], base=opts["rope_freq_base"],
+             eps=np.float32(opts["rms_norm_eps"]))
+    e, hd = c["n_embd"], c["n_embd"] // c["n_heads"]
+    qd, kd, s = c["n_heads"] * hd, c["n_kv"] * hd, 0.02
+    w.embd = tiny_tensor(opts, "token_embd.weight", [e, c["n_vocab"]], True, 0.0, s)
+    w.out_norm = tiny_tensor(opts, "output_norm.weight", [e], False, 1.0, 0.1)
+    w.out = w.embd if opts["tied_embeddings"] else tiny_tensor(opts, "output.weight", [e, c["n_vocab"]], True, 0.0, s)
+    w.layers = []
+    for i in range(c["n_layers"]):
+        p = f"blk.{i}."
+        L = Weights()
+        L.attn_norm = tiny_tensor(opts, p + "attn_norm.weight", [e], False, 1.0, 0.1)
+        L.q = tiny_tensor(opts, p + "attn_q.weight", [e, qd], True, 0.0, s)
+        L.k = tiny_tensor(opts, p + "attn_k.weight", [e, kd], True, 0.0, s)
+        L.v = tiny_tensor(opts, p + "attn_v.weight", [e, kd], True, 0.0, s)
+        L.qb = L.kb = L.vb = None
+        if c["arch"] == "qwen2":
+            L.qb = tiny_tensor(opts, p + "attn_q.bias", [qd], False, 0.0, s)
+            L.kb = tiny_tensor(opts, p + "attn_k.bias", [kd], False, 0.0, s)
+            L.vb = tiny_tensor(opts, p + "attn_v.bias", [kd], False, 0.0, s)
+        L.o = tiny_tensor(opts, p + "attn_output.weight", [qd, e], True, 0.0, s)
+        L.ffn_norm = tiny_tensor(opts, p + "ffn_norm.weight", [e], False, 1.0, 0.1)
+        L.gate = tiny_tensor(opts, p + "ffn_gate.weight", [e, c["n_ff"]], True, 0.0, s)
+        L.up = tiny_tensor(opts, p + "ffn_up.weight", [e, c["n_ff"]], True, 0.0, s)
+        L.down = tiny_tensor(opts, p + "ffn_down.weight", [c["n_ff"], e], True, 0.0, s)
+        w.layers.append(L)
+    c["head_dim"] = hd
+    c["rope_dim"] = hd
+    c["neox"] = c["arch"] == "qwen2"
+    return c, w
+
+
+def gguf_model(path):
+    r = GGUFReader(path)
+    f = r.fields
+    arch = bytes(f["general.architecture"].parts[-1]).decode()
+
+    def val(key, default=None):
+        if key not in f:
+            return default
+        return f[key].parts[-1][0]
+
+    c = dict(arch=arch, n_layers=int(val(f"{arch}.block_count")), n_embd=int(val(f"{arch}.embedding_length")),
+             n_heads=int(val(f"{arch}.attention.head_count")), n_ff=int(val(f"{arch}.feed_forward_length")),
+             base=float(val(f"{arch}.rope.freq_base", 10000.0)),
+             eps=np.float32(val(f"{arch}.attention.layer_norm_rms_epsilon")))
+    c["n_kv"] = int(val(f"{arch}.attention.head_count_kv", c["n_heads"]))
+    c["head_dim"] = c["n_embd"] // c["n_heads"]
+    c["rope_dim"] = int(val(f"{arch}.rope.dimension_count", c["head_dim"]))
+    c["neox"] = arch == "qwen2"
+    tensors = {t.name: t for t in r.tensors}
+
+    def get(name):
+        t = tensors[name]
+        if t.tensor_type in (T.F32,):
+            a = np.array(t.data, dtype=np.float64)
+        elif t.tensor_type == T.F16:
+            a = np.array(t.data, dtype=np.float16).astype(np.float64)
+        else:
+            a = dequantize(np.array(t.data), t.tensor_type).astype(np.float64)
+        return a.reshape(tuple(int(x) for x in reversed(t.shape)))
+
+    w = Weights()
+    w.embd = get("token_embd.weight")
+    c["n_vocab"] = w.embd.shape[0]
+    w.out_norm = get("output_norm.weight")
+    w.out = get("output.weight") if "output.weight" in tensors else w.embd
+    w.layers = []
+    for i in range(c["n_layers"]):
+        p = f"blk.{i}."
+        L = Weights()
+        L.attn_norm, L.ffn_norm = get(p + "attn_norm.weight"), get(p + "ffn_norm.weight")
+        L.q, L.k, L.v, L.o = (get(p + n) for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"))
+        L.qb = get(p + "attn_q.bias") if p + "attn_q.bias" in tensors else None
+        L.kb = get(p + "attn_k.bias") if p + "attn_k.bias" in tensors else None
+        L.vb = get(p + "attn_v.bias") if p + "attn_v.bias" in tensors else None
+        L.gate, L.up, L.down = (get(p + n) for n in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"))
+        w.layers.append(L)
+    return c, w
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + float(eps)) * w
+
+
+def rope(x, positions, c):
+    """x: (T, heads, head_dim). Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + d/2)."""
+    d = c["rope_dim"]
+    half = d // 2
+    inv = c["base"] ** (-np.arange(half, dtype=np.float64) * 2.0 / d)
+    ang = positions[:, None].astype(np.float64) * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.copy()
+    if c["neox"]:
+        a, b = x[..., :half], x[..., half:d]
+    else:
+        a, b = x[..., 0:d:2], x[..., 1:d:2]
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    if c["neox"]:
+        out[..., :half], out[..., half:d] = ra, rb
+    else:
+        out[..., 0:d:2], out[..., 1:d:2] = ra, rb
+    return out
+
+
+class Session:
+    """Forward with a KV cache: each call appends tokens and returns their logits."""
+
+    def __init__(self, c, w):
+        self.c, self.w = c, w
+        self.k = [np.zeros((0, c["n_kv"], c["head_dim"])) for _ in w.layers]
+        self.v = [np.zeros((0, c["n_kv"], c["head_dim"])) for _ in w.layers]
+
+    def forward(self, tokens):
+        c, w = self.c, self.w
+        T_, hd, H, KV = len(tokens), c["head_dim"], c["n_heads"], c["n_kv"]
+        start = self.k[0].shape[0]
+        pos = np.arange(start, start + T_)
+        x = w.embd[np.array(tokens)]
+        for li, L in enumerate(w.layers):
+            h = rmsnorm(x, L.attn_norm, c["eps"])
+            q, k, v = h @ L.q.T, h @ L.k.T, h @ L.v.T
+            if L.qb is not None:
+                q, k, v = q + L.qb, k + L.kb, v + L.vb
+            q = rope(q.reshape(T_, H, hd), pos, c)
+            k = rope(k.reshape(T_, KV, hd), pos, c)
+            v = v.reshape(T_, KV, hd)
+            self.k[li] = np.concatenate([self.k[li], k])
+            self.v[li] = np.concatenate([self.v[li], v])
+            K, V = self.k[li], self.v[li]
+            out = np.zeros((T_, H, hd))
+            group = H // KV
+            for head in range(H):
+                g = head // group
+                scores = q[:, head, :] @ K[:, g, :].T / np.sqrt(hd)  # (T, S)
+                mask = pos[:, None] < np.arange(K.shape[0])[None, :]
+                scores = np.where(mask, -np.inf, scores)
+                scores = scores - scores.max(axis=-1, keepdims=True)
+                p = np.exp(scores)
+                p /= p.sum(axis=-1, keepdims=True)
+                out[:, head, :] = p @ V[:, g, :]
+            x = x + out.reshape(T_, H * hd) @ L.o.T
+            h = rmsnorm(x, L.ffn_norm, c["eps"])
+            g_, u = h @ L.gate.T, h @ L.up.T
+            x = x + ((g_ / (1.0 + np.exp(-g_))) * u) @ L.down.T
+        x = rmsnorm(x, w.out_norm, c["eps"])
+        return x @ w.out.T
+
+
+def run_case(c, w, prompt, n_greedy):
+    s = Session(c, w)
+    logits = s.forward(prompt)[-1]
+    greedy, last = [], logits
+    for _ in range(n_greedy):
+        t = int(np.argmax(last))
+        greedy.append(t)
+        last = s.forward([t])[-1]
+    return logits.astype(np.float32), greedy
+
+
+TINY = [
+    dict(name="tiny-llama-gqa-odd", architecture="llama", n_layers=3, n_embd=40, n_heads=5, n_kv_heads=1, n_ff=72,
+         n_vocab=83, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=False,
+         weight_type="F32", seed=11),
+    dict(name="tiny-qwen2", architecture="qwen2", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=96,
+         n_vocab=100, context_length=128, rope_freq_base=1000000.0, rms_norm_eps=1e-6, tied_embeddings=True,
+         weight_type="F16", seed=12),
+    dict(name="tiny-llama-q4_1", architecture="llama", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=128,
+         n_vocab=96, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
+         weight_type="Q4_1", seed=13),
+    dict(name="tiny-llama-q8_0", architecture="llama", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=4, n_ff=96,
+         n_vocab=96, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=False,
+         weight_type="Q8_0", seed=14),
+    dict(name="tiny-llama-q4_0", architecture="llama", n_layers=2, n_embd=96, n_heads=3, n_kv_heads=1, n_ff=160,
+         n_vocab=64, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
+         weight_type="Q4_0", seed=15),
+]
+
+DEFAULT_PROMPTS = [
+    "Here is a short list of the capital cities of Europe: Paris is the capital of France,",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "In the beginning of the twentieth century, physicists discovered that light behaves both as a wave and as a "
+    "particle. This duality, first proposed to explain the photoelectric effect, changed how scientists think about",
+]
+
+
+def main():
+    cases, logits_out = [], []
+    for opts in TINY:
+        c, w = tiny_model(opts)
+        rng = Stream(opts["seed"] * 7919)
+        for length in (1, 9, 37):
+            prompt = [int(rng.next() % opts["n_vocab"]) for _ in range(length)]
+            logits, greedy = run_case(c, w, prompt, 12)
+            cases.append({"model": opts["name"], "options": opts, "prompt": prompt, "greedy": greedy})
+            logits_out.append(logits)
+    tokens, merges, types = read_gguf_vocab(sys.argv[1])
+    tok = build(tokens, merges, types, "smollm")
+    c, w = gguf_model(sys.argv[1])
+    for text in DEFAULT_PROMPTS:
+        prompt = tok.encode(text, add_special_tokens=False).ids
+        assert 8 <= len(prompt) <= 64, len(prompt)
+        logits, greedy = run_case(c, w, prompt, 32)
+        cases.append({"model": "default", "text": text, "prompt": prompt, "greedy": greedy})
+        logits_out.append(logits)
+        print(repr(text[:40]), len(prompt), "tokens ->", repr(tok.decode(greedy)))
+    with open(os.path.join(DATA, "reference_forward.json"), "w") as f:
+        json.dump({"cases": cases}, f, ensure_ascii=False, indent=1)
+    with open(os.path.join(DATA, "reference_logits.f32"), "wb") as f:
+        for l in logits_out:
+            f.write(l.astype("<f4").tobytes())
+    print(f"wrote {len(cases)} cases")
+
+
+if __name__ == "__main__":
+    main()
