@@ -1,0 +1,368 @@
+#include "src/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "src/cpu/cpu_features.h"
+#include "src/runtime/dequantize.h"
+#include "src/runtime/model_impl.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+namespace {
+
+absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name) {
+  const GgufTensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+  std::vector<float> v(t->n_elements);
+  HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(v)));
+  return v;
+}
+
+void AddBias(float* y, const std::vector<float>& bias, int rows) {
+  if (bias.empty()) return;
+  const size_t n = bias.size();
+  for (int r = 0; r < rows; ++r) AddInPlace(y + r * n, bias.data(), n);
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
+    : model_(model),
+      config_(model.config()),
+      options_(options),
+      kv_(options.kv_block_tokens,
+          ((options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : model.config().context_length) +
+           options.kv_block_tokens - 1) / options.kv_block_tokens,
+          model.config().context_length) {}
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
+  if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 1) {
+    return absl::InvalidArgumentError("CPU backend options: threads, kv_block_tokens, max_sequences and "
+                                      "bf16_min_rows must be positive");
+  }
+  auto backend = std::unique_ptr<CpuBackend>(new CpuBackend(model, options));
+  HETERO_RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorInfo& tensor) {
+  const bool bf16_cpu = DetectCpu().avx512_bf16;
+  switch (options_.precision) {
+    case CpuPrecision::kF32:
+      return MakeOneDnnLinear(dnnl_, tensor, MatmulPrecision::kF32);
+    case CpuPrecision::kBf16:
+      return MakeOneDnnLinear(dnnl_, tensor, MatmulPrecision::kBf16);
+    case CpuPrecision::kAuto:
+      if (QuantizedWeights::Supports(tensor.type)) return MakeQuantLinear(dnnl_, tensor, options_.bf16_min_rows);
+      return MakeOneDnnLinear(dnnl_, tensor, bf16_cpu ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
+  }
+  return absl::InternalError("unknown precision");
+}
+
+absl::Status CpuBackend::Init() {
+  omp_set_num_threads(options_.threads);
+  const GgufFile& file = *model_.impl().gguf;
+  const ModelConfig& c = config_;
+  token_embd_ = file.FindTensor("token_embd.weight");
+  HETERO_ASSIGN_OR_RETURN(output_norm_, LoadVector(file, "output_norm.weight"));
+  const GgufTensorInfo* output = c.tied_embeddings ? token_embd_ : file.FindTensor("output.weight");
+  HETERO_ASSIGN_OR_RETURN(output_, MakeLinear(*output));
+  std::vector<float> freq_factors;
+  if (c.has_rope_freq_factors) {
+    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadVector(file, "rope_freqs.weight"));
+  }
+  rope_ = std::make_unique<Rope>(c, std::move(freq_factors));
+  layers_.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = absl::StrCat("blk.", i, ".");
+    Layer& l = layers_[i];
+    HETERO_ASSIGN_OR_RETURN(l.attn_norm, LoadVector(file, p + "attn_norm.weight"));
+    HETERO_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight"));
+    if (c.attention_bias) {
+      HETERO_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias"));
+      HETERO_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias"));
+      HETERO_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias"));
+    }
+    HETERO_ASSIGN_OR_RETURN(l.q, MakeLinear(*file.FindTensor(p + "attn_q.weight")));
+    HETERO_ASSIGN_OR_RETURN(l.k, MakeLinear(*file.FindTensor(p + "attn_k.weight")));
+    HETERO_ASSIGN_OR_RETURN(l.v, MakeLinear(*file.FindTensor(p + "attn_v.weight")));
+    HETERO_ASSIGN_OR_RETURN(l.o, MakeLinear(*file.FindTensor(p + "attn_output.weight")));
+    HETERO_ASSIGN_OR_RETURN(l.gate, MakeLinear(*file.FindTensor(p + "ffn_gate.weight")));
+    HETERO_ASSIGN_OR_RETURN(l.up, MakeLinear(*file.FindTensor(p + "ffn_up.weight")));
+    HETERO_ASSIGN_OR_RETURN(l.down, MakeLinear(*file.FindTensor(p + "ffn_down.weight")));
+  }
+  kv_block_floats_ = static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_tokens * c.head_dim;
+
+  const CpuInfo& cpu = DetectCpu();
+  info_.kind = DeviceKind::kCpu;
+  info_.name = absl::StrCat("cpu (", cpu.name.empty() ? "unknown" : cpu.name, ", ", options_.threads,
+                            options_.threads == 1 ? " thread)" : " threads)");
+  info_.weight_format = absl::StrCat(output_->Describe(), " output; ", layers_.front().q->Describe(), " layers");
+  info_.threads = options_.threads;
+  uint64_t bytes = output_->resident_bytes();
+  for (const Layer& l : layers_) {
+    for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) bytes += (*m)->resident_bytes();
+  }
+  info_.weight_bytes = bytes;
+  info_.max_sequences = options_.max_sequences;
+  info_.max_context = c.context_length;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SequenceId> CpuBackend::NewSequence() {
+  absl::MutexLock lock(&mutex_);
+  // Bounded so a caller leaking sequences fails loudly instead of exhausting memory.
+  int live = 0;
+  for (SequenceId id = 1; id < std::numeric_limits<SequenceId>::max() && live <= options_.max_sequences; ++id) {
+    if (!kv_.Contains(id)) {
+      if (id > options_.max_sequences * 1024) break;
+      continue;
+    }
+    ++live;
+  }
+  if (live >= options_.max_sequences) {
+    return absl::ResourceExhaustedError(absl::StrCat("CPU backend: ", live, " sequences live, the maximum is ",
+                                                     options_.max_sequences));
+  }
+  return kv_.NewSequence();
+}
+
+void CpuBackend::FreeSequence(SequenceId seq) {
+  absl::MutexLock lock(&mutex_);
+  kv_.FreeSequence(seq);
+}
+
+absl::StatusOr<int> CpuBackend::SequenceLength(SequenceId seq) const {
+  absl::MutexLock lock(&mutex_);
+  return kv_.Length(seq);
+}
+
+absl::Status CpuBackend::TruncateSequence(SequenceId seq, int length) {
+  absl::MutexLock lock(&mutex_);
+  return kv_.Truncate(seq, length);
+}
+
+float* CpuBackend::KvBlock(int block) {
+  if (static_cast<size_t>(block) >= kv_blocks_.size()) kv_blocks_.resize(block + 1);
+  auto& storage = kv_blocks_[block];
+  if (storage == nullptr) storage.reset(new float[kv_block_floats_]);
+  return storage.get();
+}
+
+absl::Status CpuBackend::ReserveRows(const std::vector<Row>& rows) {
+  // Rows of one sequence are consecutive positions starting at its current length.
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i;
+    while (j < rows.size() && rows[j].seq == rows[i].seq) ++j;
+    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(rows[i].seq));
+    if (rows[i].position != length) return absl::InternalError("rows out of order");
+    absl::Status s = kv_.Reserve(rows[i].seq, static_cast<int>(j - i));
+    if (!s.ok()) return s;
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+void CpuBackend::Attention(int layer, const std::vector<Row>& rows, const float* q, float* out) {
+  const ModelConfig& c = config_;
+  const int hd = c.head_dim;
+  const int heads = c.n_heads;
+  const int group = c.n_heads / c.n_kv_heads;
+  const int bt = options_.kv_block_tokens;
+  const size_t head_stride = static_cast<size_t>(bt) * hd;             // one kv head in a block
+  const size_t layer_stride = 2 * static_cast<size_t>(c.n_kv_heads) * head_stride;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int n_rows = static_cast<int>(rows.size());
+  // Block pointers of each row's sequence, resolved once (the table is not touched below).
+  std::vector<std::vector<const float*>> blocks(n_rows);
+  for (int r = 0; r < n_rows; ++r) {
+    if (r > 0 && rows[r].seq == rows[r - 1].seq) {
+      blocks[r] = blocks[r - 1];
+      continue;
+    }
+    for (int32_t b : kv_.Blocks(rows[r].seq)) blocks[r].push_back(KvBlock(b) + layer * layer_stride);
+  }
+#pragma omp parallel
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 1) collapse(2)
+    for (int r = 0; r < n_rows; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        const int g = h / group;
+        const int n_keys = rows[r].position + 1;
+        const float* qv = q + (static_cast<size_t>(r) * heads + h) * hd;
+        scores.resize(n_keys);
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int j = 0; j < n_keys; ++j) {
+          const float* kv = blocks[r][j / bt] + g * head_stride + static_cast<size_t>(j % bt) * hd;
+          float dot = 0.0f;
+          for (int d = 0; d < hd; ++d) dot += qv[d] * kv[d];
+          scores[j] = dot * scale;
+          max_score = std::max(max_score, scores[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n_keys; ++j) {
+          scores[j] = std::exp(scores[j] - max_score);
+          sum += scores[j];
+        }
+        float* o = out + (static_cast<size_t>(r) * heads + h) * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int j = 0; j < n_keys; ++j) {
+          const float* vv = blocks[r][j / bt] + (c.n_kv_heads + g) * head_stride + static_cast<size_t>(j % bt) * hd;
+          const float p = scores[j] / sum;
+          for (int d = 0; d < hd; ++d) o[d] += p * vv[d];
+        }
+      }
+    }
+  }
+}
+
+absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits) {
+  const ModelConfig& c = config_;
+  const int T = static_cast<int>(rows.size());
+  const int E = c.n_embd;
+  const int qd = c.n_heads * c.head_dim;
+  const int kvd = c.n_kv_heads * c.head_dim;
+  const int F = c.n_ff;
+  Workspace& w = ws_;
+  w.x.resize(static_cast<size_t>(T) * E);
+  w.h.resize(static_cast<size_t>(T) * E);
+  w.q.resize(static_cast<size_t>(T) * qd);
+  w.k.resize(static_cast<size_t>(T) * kvd);
+  w.v.resize(static_cast<size_t>(T) * kvd);
+  w.att.resize(static_cast<size_t>(T) * qd);
+  w.gate.resize(static_cast<size_t>(T) * F);
+  w.up.resize(static_cast<size_t>(T) * F);
+  w.tmp.resize(static_cast<size_t>(T) * E);
+
+  // Token embeddings: dequantize each token's row.
+  const TensorTypeTraits& et = GetTensorTypeTraits(token_embd_->type);
+  const size_t embd_row_bytes = static_cast<size_t>(E) / et.block_size * et.type_size;
+  std::vector<int32_t> positions(T);
+  for (int r = 0; r < T; ++r) {
+    positions[r] = rows[r].position;
+    if (rows[r].token < 0 || rows[r].token >= c.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", rows[r].token, " is outside the vocabulary (0..",
+                                                     c.n_vocab - 1, ")"));
+    }
+    HETERO_RETURN_IF_ERROR(Dequantize(token_embd_->type,
+                                      token_embd_->data.subspan(rows[r].token * embd_row_bytes, embd_row_bytes),
+                                      absl::MakeSpan(w.x.data() + static_cast<size_t>(r) * E, E)));
+  }
+
+  const int bt = options_.kv_block_tokens;
+  const size_t head_stride = static_cast<size_t>(bt) * c.head_dim;
+  const size_t layer_stride = 2 * static_cast<size_t>(c.n_kv_heads) * head_stride;
+  for (int l = 0; l < c.n_layers; ++l) {
+    Layer& layer = layers_[l];
+    // Attention block.
+    RmsNorm(w.x.data(), layer.attn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
+    HETERO_RETURN_IF_ERROR(layer.q->Forward(w.h.data(), T, w.q.data(), w.scratch));
+    HETERO_RETURN_IF_ERROR(layer.k->Forward(w.h.data(), T, w.k.data(), w.scratch));
+    HETERO_RETURN_IF_ERROR(layer.v->Forward(w.h.data(), T, w.v.data(), w.scratch));
+    AddBias(w.q.data(), layer.q_bias, T);
+    AddBias(w.k.data(), layer.k_bias, T);
+    AddBias(w.v.data(), layer.v_bias, T);
+    rope_->Apply(w.q.data(), T, c.n_heads, positions.data());
+    rope_->Apply(w.k.data(), T, c.n_kv_heads, positions.data());
+    // Store this layer's keys and values: block layout [k|v][kv head][slot][dim].
+    for (int r = 0; r < T; ++r) {
+      float* block = KvBlock(kv_.BlockOf(rows[r].seq, rows[r].position)) + l * layer_stride;
+      const int slot = rows[r].position % bt;
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        std::copy_n(w.k.data() + static_cast<size_t>(r) * kvd + g * c.head_dim, c.head_dim,
+                    block + g * head_stride + static_cast<size_t>(slot) * c.head_dim);
+        std::copy_n(w.v.data() + static_cast<size_t>(r) * kvd + g * c.head_dim, c.head_dim,
+                    block + (c.n_kv_heads + g) * head_stride + static_cast<size_t>(slot) * c.head_dim);
+      }
+    }
+    Attention(l, rows, w.q.data(), w.att.data());
+    HETERO_RETURN_IF_ERROR(layer.o->Forward(w.att.data(), T, w.tmp.data(), w.scratch));
+    AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
+    // Feed-forward block (SwiGLU).
+    RmsNorm(w.x.data(), layer.ffn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
+    HETERO_RETURN_IF_ERROR(layer.gate->Forward(w.h.data(), T, w.gate.data(), w.scratch));
+    HETERO_RETURN_IF_ERROR(layer.up->Forward(w.h.data(), T, w.up.data(), w.scratch));
+    SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
+    HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
+    AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
+  }
+  // Final norm and logits, only for the rows asked for.
+  const int n_out = static_cast<int>(logit_rows.size());
+  for (int i = 0; i < n_out; ++i) {
+    std::copy_n(w.x.data() + static_cast<size_t>(logit_rows[i]) * E, E, w.tmp.data() + static_cast<size_t>(i) * E);
+  }
+  RmsNorm(w.tmp.data(), output_norm_.data(), n_out, E, c.rms_norm_eps, w.h.data());
+  HETERO_RETURN_IF_ERROR(output_->Forward(w.h.data(), n_out, logits, w.scratch));
+  for (const Row& r : rows) kv_.Advance(r.seq, 1);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
+  if (tokens.empty()) return absl::InvalidArgumentError("Prefill needs at least one token");
+  if (logits.size() < static_cast<size_t>(config_.n_vocab)) {
+    return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ", config_.n_vocab));
+  }
+  absl::MutexLock lock(&mutex_);
+  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
+  std::vector<Row> rows;
+  rows.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) rows.push_back({seq, static_cast<int32_t>(length + i), tokens[i]});
+  HETERO_RETURN_IF_ERROR(ReserveRows(rows));
+  absl::Status s = Forward(rows, {static_cast<int>(rows.size()) - 1}, logits.data());
+  if (!s.ok()) kv_.Truncate(seq, length).IgnoreError();  // drop what a failed step reserved
+  return s;
+}
+
+absl::Status CpuBackend::PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
+  if (logits.size() < tokens.size() * config_.n_vocab) return absl::InvalidArgumentError("logits buffer too small");
+  absl::MutexLock lock(&mutex_);
+  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
+  std::vector<Row> rows;
+  std::vector<int> all;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    rows.push_back({seq, static_cast<int32_t>(length + i), tokens[i]});
+    all.push_back(static_cast<int>(i));
+  }
+  HETERO_RETURN_IF_ERROR(ReserveRows(rows));
+  absl::Status s = Forward(rows, all, logits.data());
+  if (!s.ok()) kv_.Truncate(seq, length).IgnoreError();
+  return s;
+}
+
+absl::Status CpuBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                                absl::Span<float> logits) {
+  if (seqs.size() != tokens.size() || seqs.empty()) {
+    return absl::InvalidArgumentError("Decode needs one token per sequence and at least one sequence");
+  }
+  if (logits.size() < seqs.size() * config_.n_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
+                                                   seqs.size() * config_.n_vocab));
+  }
+  absl::MutexLock lock(&mutex_);
+  std::vector<Row> rows;
+  std::vector<int> all;
+  std::vector<int> lengths;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (seqs[j] == seqs[i]) return absl::InvalidArgumentError(absl::StrCat("sequence ", seqs[i], " appears twice"));
+    }
+    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seqs[i]));
+    lengths.push_back(length);
+    rows.push_back({seqs[i], length, tokens[i]});
+    all.push_back(static_cast<int>(i));
+  }
+  absl::Status s = ReserveRows(rows);
+  if (s.ok()) s = Forward(rows, all, logits.data());
+  if (!s.ok()) {
+    for (size_t i = 0; i < seqs.size(); ++i) kv_.Truncate(seqs[i], lengths[i]).IgnoreError();
+  }
+  return s;
+}
+
+}  // namespace hetero

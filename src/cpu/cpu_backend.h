@@ -1,0 +1,107 @@
+// The CPU backend: the llama/qwen2 transformer in f32 activations, matrix products through
+// oneDNN and the native quantized kernels (see linear.h), a paged f32 KV cache, OpenMP
+// threads shared by oneDNN and our kernels.
+#ifndef HETERO_CPU_CPU_BACKEND_H_
+#define HETERO_CPU_CPU_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "hetero/model.h"
+#include "src/cpu/cpu_ops.h"
+#include "src/cpu/linear.h"
+#include "src/runtime/backend.h"
+#include "src/runtime/kv_cache.h"
+
+namespace hetero {
+
+enum class CpuPrecision {
+  kAuto,  // native kernels for Q4_0/Q4_1/Q8_0 (bf16 GEMM for long prompts), bf16 (or f32
+          // without avx512_bf16) for every other weight type
+  kF32,   // every matrix dequantized to f32, f32 matmuls: the accuracy reference mode
+  kBf16,  // every matrix converted to bf16 at load
+};
+
+struct CpuBackendOptions {
+  int threads = 1;  // OpenMP threads for everything this backend runs (process-wide setting)
+  CpuPrecision precision = CpuPrecision::kAuto;
+  int max_sequences = 8;
+  int kv_block_tokens = 16;
+  // KV capacity in tokens over all sequences; 0 means one full context. Blocks are
+  // allocated when first used, so unused capacity costs no memory.
+  int kv_capacity_tokens = 0;
+  // Prompt chunks of at least this many rows use the bf16 GEMM path for native weights.
+  int bf16_min_rows = 32;
+};
+
+class CpuBackend : public Backend {
+ public:
+  // `model` must outlive the backend (weights are read from its mapping).
+  static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model, const CpuBackendOptions& options);
+
+  const BackendInfo& info() const override { return info_; }
+  int vocab_size() const override { return config_.n_vocab; }
+  absl::StatusOr<SequenceId> NewSequence() override;
+  void FreeSequence(SequenceId seq) override;
+  absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
+  absl::Status TruncateSequence(SequenceId seq, int length) override;
+  absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
+  absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                      absl::Span<float> logits) override;
+
+  // Logits for every position of `tokens` appended to `seq` (tests: compare decode with
+  // recompute). `logits` holds tokens.size() x vocab_size floats.
+  absl::Status PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits);
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm;
+    std::vector<float> q_bias, k_bias, v_bias;  // empty without biases
+    std::unique_ptr<Linear> q, k, v, o, gate, up, down;
+  };
+  // One row of a forward batch: a token at a position of a sequence.
+  struct Row {
+    SequenceId seq;
+    int32_t position;
+    int32_t token;
+  };
+
+  CpuBackend(const Model& model, const CpuBackendOptions& options);
+  absl::Status Init();
+  absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status ReserveRows(const std::vector<Row>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Attention(int layer, const std::vector<Row>& rows, const float* q, float* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
+
+  const Model& model_;
+  const ModelConfig& config_;
+  CpuBackendOptions options_;
+  BackendInfo info_;
+  LinearContext dnnl_;
+  std::vector<Layer> layers_;
+  std::vector<float> output_norm_;
+  std::unique_ptr<Linear> output_;
+  const GgufTensorInfo* token_embd_ = nullptr;
+  std::unique_ptr<Rope> rope_;
+
+  mutable absl::Mutex mutex_;
+  KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<float[]>> kv_blocks_ ABSL_GUARDED_BY(mutex_);
+  size_t kv_block_floats_ = 0;
+  // Work buffers, reused across calls.
+  struct Workspace {
+    LinearScratch scratch;
+    std::vector<float> x, h, q, k, v, att, gate, up, tmp;
+  };
+  Workspace ws_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_CPU_CPU_BACKEND_H_

@@ -1,0 +1,66 @@
+#include "src/cpu/cpu_ops.h"
+
+#include <cmath>
+
+namespace hetero {
+
+void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, float* out) {
+#pragma omp parallel for schedule(static) if (rows > 1)
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * n;
+    float* o = out + static_cast<size_t>(r) * n;
+    double sum = 0.0;  // double: the mean square of thousands of values
+    for (int i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(sum / n + eps));
+    for (int i = 0; i < n; ++i) o[i] = xr[i] * scale * weight[i];
+  }
+}
+
+Rope::Rope(const ModelConfig& config, std::vector<float> freq_factors)
+    : head_dim_(config.head_dim), rope_dim_(config.rope_dim), neox_(config.rope_style == RopeStyle::kNeox) {
+  const int half = rope_dim_ / 2;
+  inv_freq_.resize(half);
+  const double linear = config.rope_scaling == RopeScaling::kLinear ? config.rope_scaling_factor : 1.0;
+  for (int i = 0; i < half; ++i) {
+    double f = std::pow(static_cast<double>(config.rope_freq_base), -2.0 * i / rope_dim_) / linear;
+    if (!freq_factors.empty()) f /= freq_factors[i];
+    inv_freq_[i] = f;
+  }
+}
+
+void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const {
+  const int half = rope_dim_ / 2;
+#pragma omp parallel for schedule(static) if (rows > 1)
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> cos_t(half), sin_t(half);
+    for (int i = 0; i < half; ++i) {
+      const double angle = positions[r] * inv_freq_[i];
+      cos_t[i] = static_cast<float>(std::cos(angle));
+      sin_t[i] = static_cast<float>(std::sin(angle));
+    }
+    for (int h = 0; h < heads; ++h) {
+      float* v = x + (static_cast<size_t>(r) * heads + h) * head_dim_;
+      for (int i = 0; i < half; ++i) {
+        const int a = neox_ ? i : 2 * i;
+        const int b = neox_ ? i + half : 2 * i + 1;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      }
+    }
+  }
+}
+
+void SiluMul(float* gate, const float* up, size_t count) {
+#pragma omp parallel for schedule(static) if (count > 65536)
+  for (size_t i = 0; i < count; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AddInPlace(float* x, const float* y, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+}  // namespace hetero

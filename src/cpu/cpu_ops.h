@@ -1,0 +1,38 @@
+// The element-wise and attention steps of the transformer on the CPU, in f32.
+#ifndef HETERO_CPU_CPU_OPS_H_
+#define HETERO_CPU_CPU_OPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "hetero/model.h"
+
+namespace hetero {
+
+// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for `rows` rows of `n`.
+void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, float* out);
+
+// Rotary position embedding, in place, on `rows` rows of `heads` x `head_dim` values; row r
+// has position positions[r]. Normal style rotates pairs (2i, 2i+1), NeoX pairs (i, i + d/2),
+// over the first rope_dim dimensions.
+class Rope {
+ public:
+  explicit Rope(const ModelConfig& config, std::vector<float> freq_factors = {});
+  void Apply(float* x, int rows, int heads, const int32_t* positions) const;
+
+ private:
+  int head_dim_;
+  int rope_dim_;
+  bool neox_;
+  std::vector<double> inv_freq_;  // per rotated pair, scaling and factors folded in
+};
+
+// gate[i] = silu(gate[i]) * up[i].
+void SiluMul(float* gate, const float* up, size_t count);
+
+// x[i] += y[i].
+void AddInPlace(float* x, const float* y, size_t count);
+
+}  // namespace hetero
+
+#endif  // HETERO_CPU_CPU_OPS_H_

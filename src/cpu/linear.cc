@@ -1,0 +1,176 @@
+#include "src/cpu/linear.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/dequantize.h"
+#include "src/runtime/fp16.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Type = memory::data_type;
+
+absl::Status DnnlError(const dnnl::error& e, absl::string_view what) {
+  return absl::InternalError(absl::StrCat("oneDNN ", what, ": ", e.what(), " (status ", static_cast<int>(e.status), ")"));
+}
+
+// y = x W^T with W given as {k, n} in layout `weights_md`; m is a run-time dimension.
+dnnl::matmul::primitive_desc MatmulDesc(const dnnl::engine& engine, int n, int k, Type src_type, const memory::desc& weights_md) {
+  const memory::desc src_md({DNNL_RUNTIME_DIM_VAL, k}, src_type, Tag::ab);
+  const memory::desc dst_md({DNNL_RUNTIME_DIM_VAL, n}, Type::f32, Tag::ab);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src_md, weights_md, dst_md), engine);
+}
+
+void ToBf16(const float* x, size_t count, uint16_t* out) {
+  for (size_t i = 0; i < count; ++i) out[i] = Fp32ToBf16(x[i]);
+}
+
+// Runs `primitive` on x (m x k, f32 or converted to bf16) into y (m x n f32).
+absl::Status RunMatmul(const LinearContext& ctx, const dnnl::matmul& primitive, const memory& weights, bool bf16_src,
+                       const float* x, int m, int n, int k, float* y, LinearScratch& scratch) {
+  try {
+    void* src_handle = const_cast<float*>(x);
+    if (bf16_src) {
+      scratch.src_bf16.resize(static_cast<size_t>(m) * k);
+      ToBf16(x, static_cast<size_t>(m) * k, scratch.src_bf16.data());
+      src_handle = scratch.src_bf16.data();
+    }
+    memory src({{m, k}, bf16_src ? Type::bf16 : Type::f32, Tag::ab}, ctx.engine, src_handle);
+    memory dst({{m, n}, Type::f32, Tag::ab}, ctx.engine, y);
+    primitive.execute(ctx.stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+    ctx.stream.wait();
+  } catch (const dnnl::error& e) {
+    return DnnlError(e, "matmul");
+  }
+  return absl::OkStatus();
+}
+
+class OneDnnLinear : public Linear {
+ public:
+  OneDnnLinear(const LinearContext& ctx, int n, int k, MatmulPrecision precision, dnnl::matmul primitive, memory weights)
+      : Linear(n, k), ctx_(ctx), precision_(precision), primitive_(std::move(primitive)), weights_(std::move(weights)) {}
+
+  absl::Status Forward(const float* x, int m, float* y, LinearScratch& scratch) const override {
+    return RunMatmul(ctx_, primitive_, weights_, precision_ == MatmulPrecision::kBf16, x, m, n_, k_, y, scratch);
+  }
+  size_t resident_bytes() const override { return weights_.get_desc().get_size(); }
+  std::string Describe() const override {
+    return absl::StrCat(precision_ == MatmulPrecision::kBf16 ? "bf16" : "f32", " oneDNN");
+  }
+
+ private:
+  const LinearContext& ctx_;
+  MatmulPrecision precision_;
+  dnnl::matmul primitive_;
+  memory weights_;
+};
+
+class QuantLinear : public Linear {
+ public:
+  QuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor, QuantizedWeights weights, int bf16_min_rows,
+              dnnl::matmul bf16_primitive)
+      : Linear(weights.n, weights.k),
+        ctx_(ctx),
+        tensor_(tensor),
+        weights_(std::move(weights)),
+        bf16_min_rows_(bf16_min_rows),
+        bf16_primitive_(std::move(bf16_primitive)) {}
+
+  absl::Status Forward(const float* x, int m, float* y, LinearScratch& scratch) const override {
+    if (m < bf16_min_rows_) {
+      scratch.activations.Quantize(x, m, k_, k_);
+      QuantMatmul(weights_, scratch.activations, y, n_);
+      return absl::OkStatus();
+    }
+    // Compute bound: bf16 GEMM on a transient bf16 copy of this one matrix. The rows of a
+    // GGUF matrix are exactly oneDNN's {k, n} "ba" layout.
+    const size_t count = static_cast<size_t>(n_) * k_;
+    scratch.weights_bf16.resize(count);
+    const auto& traits = GetTensorTypeTraits(tensor_.type);
+    // Supported block types with whole-row sizes: dequantization cannot fail here.
+#pragma omp parallel
+    {
+      std::vector<float> row(k_);
+#pragma omp for schedule(static)
+      for (int j = 0; j < n_; ++j) {
+        const size_t row_bytes = static_cast<size_t>(k_) / traits.block_size * traits.type_size;
+        Dequantize(tensor_.type, tensor_.data.subspan(j * row_bytes, row_bytes), absl::MakeSpan(row)).IgnoreError();
+        ToBf16(row.data(), k_, scratch.weights_bf16.data() + static_cast<size_t>(j) * k_);
+      }
+    }
+    try {
+      memory weights({{k_, n_}, Type::bf16, Tag::ba}, ctx_.engine, scratch.weights_bf16.data());
+      return RunMatmul(ctx_, bf16_primitive_, weights, /*bf16_src=*/true, x, m, n_, k_, y, scratch);
+    } catch (const dnnl::error& e) {
+      return DnnlError(e, "memory");
+    }
+  }
+  size_t resident_bytes() const override { return weights_.block_sums_128.size() * sizeof(float); }
+  std::string Describe() const override {
+    return absl::StrCat("native ", TensorTypeName(weights_.type), " (bf16 oneDNN from ", bf16_min_rows_, " rows)");
+  }
+
+ private:
+  const LinearContext& ctx_;
+  const GgufTensorInfo& tensor_;
+  QuantizedWeights weights_;
+  int bf16_min_rows_;
+  dnnl::matmul bf16_primitive_;
+};
+
+absl::StatusOr<std::pair<int, int>> MatrixShape(const GgufTensorInfo& tensor) {
+  if (tensor.dims.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", PrintableName(tensor.name), "' is not a matrix"));
+  }
+  return std::make_pair(static_cast<int>(tensor.dims[1]), static_cast<int>(tensor.dims[0]));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
+                                                         MatmulPrecision precision) {
+  HETERO_ASSIGN_OR_RETURN(auto shape, MatrixShape(tensor));
+  const auto [n, k] = shape;
+  std::vector<float> values(static_cast<size_t>(n) * k);
+  HETERO_RETURN_IF_ERROR(DequantizeTensor(tensor, absl::MakeSpan(values)));
+  const bool bf16 = precision == MatmulPrecision::kBf16;
+  try {
+    const Type type = bf16 ? Type::bf16 : Type::f32;
+    auto pd = MatmulDesc(ctx.engine, n, k, type, memory::desc({k, n}, type, Tag::any));
+    std::vector<uint16_t> values_bf16;
+    void* plain_handle = values.data();
+    if (bf16) {
+      values_bf16.resize(values.size());
+      ToBf16(values.data(), values.size(), values_bf16.data());
+      plain_handle = values_bf16.data();
+    }
+    memory plain({{k, n}, type, Tag::ba}, ctx.engine, plain_handle);
+    memory weights(pd.weights_desc(), ctx.engine);
+    dnnl::stream stream(ctx.engine);
+    dnnl::reorder(plain, weights).execute(stream, plain, weights);
+    stream.wait();
+    return std::unique_ptr<Linear>(new OneDnnLinear(ctx, n, k, precision, dnnl::matmul(pd), std::move(weights)));
+  } catch (const dnnl::error& e) {
+    return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
+                                                        int bf16_min_rows) {
+  if (!QuantizedWeights::Supports(tensor.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("no native kernel for ", TensorTypeName(tensor.type)));
+  }
+  HETERO_ASSIGN_OR_RETURN(auto shape, MatrixShape(tensor));
+  const auto [n, k] = shape;
+  try {
+    auto pd = MatmulDesc(ctx.engine, n, k, Type::bf16, memory::desc({k, n}, Type::bf16, Tag::ba));
+    return std::unique_ptr<Linear>(new QuantLinear(ctx, tensor, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data()),
+                                                   bf16_min_rows, dnnl::matmul(pd)));
+  } catch (const dnnl::error& e) {
+    return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));
+  }
+}
+
+}  // namespace hetero

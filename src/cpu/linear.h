@@ -1,0 +1,67 @@
+// Linear layers (y = x W^T) of the CPU backend. Two kinds, chosen per matrix at load:
+//  - OneDnnLinear: weights converted once to f32 or bf16 and reordered into oneDNN's
+//    preferred layout; one matmul primitive per matrix, created at load with a run-time row
+//    count, so nothing is created while decoding.
+//  - QuantLinear: weights kept in their Q4_0/Q4_1/Q8_0 blocks (in the mapped file); small
+//    row counts (decode) use the integer kernels of quant_matmul.h, large ones (prompt
+//    prefill, compute bound) dequantize the matrix to bf16 into scratch memory and run a
+//    oneDNN bf16 matmul, so no second copy of the weights stays resident.
+#ifndef HETERO_CPU_LINEAR_H_
+#define HETERO_CPU_LINEAR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "absl/status/statusor.h"
+#include "src/cpu/quant_matmul.h"
+#include "src/runtime/gguf.h"
+
+namespace hetero {
+
+enum class MatmulPrecision { kF32, kBf16 };
+
+// Per-call scratch, reused across calls (not shared between threads).
+struct LinearScratch {
+  std::vector<uint16_t> src_bf16;
+  std::vector<uint16_t> weights_bf16;
+  QuantizedActivations activations;
+};
+
+class Linear {
+ public:
+  virtual ~Linear() = default;
+  // y (m x n, row stride n) = x (m x k, row stride k) W^T.
+  virtual absl::Status Forward(const float* x, int m, float* y, LinearScratch& scratch) const = 0;
+  int n() const { return n_; }
+  int k() const { return k_; }
+  // Bytes of weights this layer holds outside the mapped file.
+  virtual size_t resident_bytes() const = 0;
+  virtual std::string Describe() const = 0;
+
+ protected:
+  Linear(int n, int k) : n_(n), k_(k) {}
+  int n_;
+  int k_;
+};
+
+struct LinearContext {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  mutable dnnl::stream stream{engine};  // executions are serialised by the backend
+};
+
+// Weights from any dequantizable tensor, converted to `precision` and reordered.
+absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
+                                                         MatmulPrecision precision);
+
+// Weights kept in native blocks (QuantizedWeights::Supports(type) must hold). Calls with
+// at least `bf16_min_rows` rows take the dequantize-to-bf16 + oneDNN path.
+absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
+                                                        int bf16_min_rows);
+
+}  // namespace hetero
+
+#endif  // HETERO_CPU_LINEAR_H_

@@ -1,0 +1,152 @@
+#include "src/cpu/quant_matmul.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "src/cpu/cpu_features.h"
+#include "src/runtime/fp16.h"
+
+namespace hetero {
+namespace {
+
+constexpr int kBlock = 32;
+
+float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return Fp16ToFp32(h);
+}
+
+bool HaveAvx512Vnni() {
+  static const bool have = [] {
+    const CpuInfo& cpu = DetectCpu();
+    return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512_vnni;
+  }();
+  return have;
+}
+
+}  // namespace
+
+bool QuantMatmulUsesAvx512() { return HaveAvx512Vnni(); }
+
+bool QuantizedWeights::Supports(TensorType type) {
+  return type == TensorType::kQ4_0 || type == TensorType::kQ4_1 || type == TensorType::kQ8_0;
+}
+
+QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, const uint8_t* blocks) {
+  QuantizedWeights w;
+  w.type = type;
+  w.n = n;
+  w.k = k;
+  w.blocks = blocks;
+  w.row_bytes = static_cast<size_t>(k / kBlock) * GetTensorTypeTraits(type).type_size;
+  if (type == TensorType::kQ8_0) {
+    const size_t nb = static_cast<size_t>(n) * (k / kBlock);
+    w.block_sums_128.resize(nb);
+    for (size_t b = 0; b < nb; ++b) {
+      const auto* q = reinterpret_cast<const int8_t*>(blocks + b * 34 + 2);
+      int sum = 0;
+      for (int i = 0; i < kBlock; ++i) sum += q[i];
+      w.block_sums_128[b] = 128.0f * static_cast<float>(sum);
+    }
+  }
+  return w;
+}
+
+void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int ld) {
+  rows = n_rows;
+  cols = n_cols;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  q.resize(n);
+  q_biased.resize(n);
+  d.resize(n / kBlock);
+  d_sum.resize(n / kBlock);
+  if (HaveAvx512Vnni()) {
+    internal::QuantizeRowsAvx512(x, rows, cols, ld, *this);
+  } else {
+    internal::QuantizeRowsPortable(x, rows, cols, ld, *this);
+  }
+}
+
+namespace internal {
+
+void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a) {
+  const int nb = cols / kBlock;
+  for (int m = 0; m < rows; ++m) {
+    for (int b = 0; b < nb; ++b) {
+      const float* src = x + static_cast<size_t>(m) * ld + b * kBlock;
+      float amax = 0.0f;
+      for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(src[i]));
+      const float d = amax / 127.0f;
+      const float id = d > 0.0f ? 1.0f / d : 0.0f;
+      const size_t base = static_cast<size_t>(m) * cols + b * kBlock;
+      int sum = 0;
+      for (int i = 0; i < kBlock; ++i) {
+        const int v = static_cast<int>(std::nearbyint(src[i] * id));  // ties to even, as the SIMD path
+        a.q[base + i] = static_cast<int8_t>(v);
+        a.q_biased[base + i] = static_cast<uint8_t>(v + 128);
+        sum += v;
+      }
+      a.d[static_cast<size_t>(m) * nb + b] = d;
+      a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
+    }
+  }
+}
+
+float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
+  const int nb = w.k / kBlock;
+  const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
+  const int8_t* aq = a.q.data() + static_cast<size_t>(m) * a.cols;
+  const float* ad = a.d.data() + static_cast<size_t>(m) * nb;
+  const float* ads = a.d_sum.data() + static_cast<size_t>(m) * nb;
+  float sum = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    const int8_t* qa = aq + b * kBlock;
+    int dot = 0;
+    switch (w.type) {
+      case TensorType::kQ4_0:
+      case TensorType::kQ4_1: {
+        const uint8_t* blk = wrow + b * (w.type == TensorType::kQ4_0 ? 18 : 20);
+        const uint8_t* qs = blk + (w.type == TensorType::kQ4_0 ? 2 : 4);
+        for (int j = 0; j < 16; ++j) dot += (qs[j] & 0x0F) * qa[j] + (qs[j] >> 4) * qa[j + 16];
+        const float dw = Half(blk);
+        if (w.type == TensorType::kQ4_0) {
+          sum += dw * ad[b] * static_cast<float>(dot) - 8.0f * dw * ads[b];
+        } else {
+          sum += dw * ad[b] * static_cast<float>(dot) + Half(blk + 2) * ads[b];
+        }
+        break;
+      }
+      case TensorType::kQ8_0: {
+        const uint8_t* blk = wrow + b * 34;
+        const auto* qw = reinterpret_cast<const int8_t*>(blk + 2);
+        for (int j = 0; j < kBlock; ++j) dot += qw[j] * qa[j];
+        sum += Half(blk) * ad[b] * static_cast<float>(dot);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return sum;
+}
+
+}  // namespace internal
+
+void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
+  const bool simd = HaveAvx512Vnni();
+  const int n = w.n;
+  const int rows = a.rows;
+  // Outputs are split over threads; each thread streams its own weight rows once and
+  // meets every activation row with them while they are in cache.
+#pragma omp parallel for schedule(static)
+  for (int j = 0; j < n; ++j) {
+    for (int m = 0; m < rows; ++m) {
+      y[static_cast<size_t>(m) * ldy + j] =
+          simd ? internal::QuantDotAvx512(w, j, a, m) : internal::QuantDotPortable(w, j, a, m);
+    }
+  }
+}
+
+}  // namespace hetero

@@ -1,0 +1,62 @@
+// Matrix products on quantized weight blocks, for decode (and short prompts), where memory
+// bandwidth decides speed: the weights are read in their file format (Q4_0, Q4_1, Q8_0 —
+// 4.5 to 8.5 bits per weight instead of 16 for bf16), activations are quantized to int8 per
+// 32-element block, and the blocks meet in integer dot products (AVX-512 VNNI vpdpbusd where
+// the CPU has it, portable C++ otherwise).
+#ifndef HETERO_CPU_QUANT_MATMUL_H_
+#define HETERO_CPU_QUANT_MATMUL_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "src/runtime/tensor_type.h"
+
+namespace hetero {
+
+// Rows of activations, each quantized per block of 32: x ~= d[b] * q[32 b .. 32 b + 31].
+struct QuantizedActivations {
+  int rows = 0;
+  int cols = 0;                 // a multiple of 32
+  std::vector<int8_t> q;        // rows * cols
+  std::vector<uint8_t> q_biased;  // q + 128, the unsigned operand for signed (Q8_0) weights
+  std::vector<float> d;         // rows * cols / 32
+  std::vector<float> d_sum;     // d[b] * sum(q of block b): the terms weight offsets multiply
+
+  // Quantizes `rows` rows of `cols` floats (row stride `ld`). Reuses capacity.
+  void Quantize(const float* x, int rows, int cols, int ld);
+};
+
+// Weights of one matrix in a native block format: `n` rows (outputs) of `k` columns
+// (inputs), each row its k / 32 blocks, as stored in GGUF.
+struct QuantizedWeights {
+  TensorType type = TensorType::kQ4_0;  // kQ4_0, kQ4_1 or kQ8_0
+  int n = 0;
+  int k = 0;
+  const uint8_t* blocks = nullptr;     // n * row_bytes, usually inside the mapped file
+  size_t row_bytes = 0;
+  std::vector<float> block_sums_128;   // Q8_0: 128 * sum of each block's int8 weights
+
+  static bool Supports(TensorType type);
+  // Prepares a view of file blocks (and Q8_0's block sums).
+  static QuantizedWeights FromBlocks(TensorType type, int n, int k, const uint8_t* blocks);
+};
+
+// y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` and outputs j in [0, w.n),
+// split over the OpenMP threads.
+void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy);
+
+// Whether the AVX-512 VNNI kernels are in use on this CPU.
+bool QuantMatmulUsesAvx512();
+
+namespace internal {
+// The portable kernels, also the reference the SIMD ones are tested against.
+void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
+float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
+// AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
+void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
+float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
+}  // namespace internal
+
+}  // namespace hetero
+
+#endif  // HETERO_CPU_QUANT_MATMUL_H_

@@ -1,0 +1,59 @@
+// The interface every device backend implements (CPU in src/cpu, CUDA in src/gpu): weights
+// prepared once at creation, sequences with their own KV cache, prefill of a prompt and
+// batched single-token decode. src/runtime talks to devices only through this class.
+#ifndef HETERO_RUNTIME_BACKEND_H_
+#define HETERO_RUNTIME_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace hetero {
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct BackendInfo {
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string name;            // "cpu (AMD EPYC, 1 thread)"
+  std::string weight_format;   // how matrices are held, e.g. "native Q4_1/Q8_0 + bf16 prefill"
+  int threads = 1;
+  uint64_t weight_bytes = 0;   // memory the prepared weights occupy beyond the mapped file
+  int max_sequences = 0;
+  int max_context = 0;         // tokens per sequence
+};
+
+using SequenceId = int32_t;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const BackendInfo& info() const = 0;
+  virtual int vocab_size() const = 0;
+
+  // A new, empty sequence (its KV cache grows as tokens are added).
+  virtual absl::StatusOr<SequenceId> NewSequence() = 0;
+  // Releases a sequence and its KV memory. Unknown ids are ignored.
+  virtual void FreeSequence(SequenceId seq) = 0;
+  // Tokens the sequence holds.
+  virtual absl::StatusOr<int> SequenceLength(SequenceId seq) const = 0;
+  // Keeps the first `length` tokens (prefix reuse, rollback).
+  virtual absl::Status TruncateSequence(SequenceId seq, int length) = 0;
+
+  // Appends `tokens` to `seq` and writes the logits that follow its last token into
+  // `logits` (vocab_size floats). Fails (OutOfRange) without changing the sequence if it
+  // would exceed the context length.
+  virtual absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) = 0;
+
+  // Appends tokens[i] to seqs[i] for every i (distinct sequences) and writes each one's
+  // next-token logits into row i of `logits` (seqs.size() x vocab_size).
+  virtual absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                              absl::Span<float> logits) = 0;
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_BACKEND_H_

@@ -1,0 +1,287 @@
+// The CPU backend against the NumPy float64 reference (scripts/reference_forward.py):
+// final-position logits within relative L2 1e-4 in f32 mode and 1e-2 in the default mode,
+// identical greedy continuations; on the default model and on tiny models the test writes.
+// Also: decode with the KV cache equals a full recompute, and bad input is refused.
+#include <cmath>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/model.h"
+#include "nlohmann/json.hpp"
+#include "src/cpu/cpu_backend.h"
+#include "tests/support/default_model.h"
+#include "tests/support/status_matchers.h"
+#include "tests/support/tiny_model.h"
+
+namespace hetero {
+namespace {
+
+using ::hetero::testing::StatusIs;
+using ::testing::HasSubstr;
+
+struct ReferenceCase {
+  std::string model;
+  nlohmann::json options;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> greedy;
+  std::vector<float> logits;
+};
+
+std::vector<ReferenceCase> LoadReference() {
+  std::ifstream json_in(std::string(HETERO_TEST_DATA_DIR) + "/reference_forward.json");
+  std::ifstream logits_in(std::string(HETERO_TEST_DATA_DIR) + "/reference_logits.f32", std::ios::binary);
+  EXPECT_TRUE(json_in.good() && logits_in.good());
+  const nlohmann::json data = nlohmann::json::parse(json_in);
+  std::vector<ReferenceCase> cases;
+  for (const auto& c : data["cases"]) {
+    ReferenceCase r;
+    r.model = c["model"].get<std::string>();
+    if (c.contains("options")) r.options = c["options"];
+    r.prompt = c["prompt"].get<std::vector<int32_t>>();
+    r.greedy = c["greedy"].get<std::vector<int32_t>>();
+    const int vocab = r.model == "default" ? 49152 : r.options["n_vocab"].get<int>();
+    r.logits.resize(vocab);
+    logits_in.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(4 * vocab));
+    cases.push_back(std::move(r));
+  }
+  EXPECT_TRUE(logits_in.good());
+  return cases;
+}
+
+testing::TinyModelOptions ToOptions(const nlohmann::json& j) {
+  testing::TinyModelOptions o;
+  o.architecture = j["architecture"].get<std::string>();
+  o.n_layers = j["n_layers"].get<int>();
+  o.n_embd = j["n_embd"].get<int>();
+  o.n_heads = j["n_heads"].get<int>();
+  o.n_kv_heads = j["n_kv_heads"].get<int>();
+  o.n_ff = j["n_ff"].get<int>();
+  o.n_vocab = j["n_vocab"].get<int>();
+  o.context_length = j["context_length"].get<int>();
+  o.rope_freq_base = j["rope_freq_base"].get<float>();
+  o.rms_norm_eps = j["rms_norm_eps"].get<float>();
+  o.tied_embeddings = j["tied_embeddings"].get<bool>();
+  o.seed = j["seed"].get<uint32_t>();
+  const std::string type = j["weight_type"].get<std::string>();
+  o.weight_type = type == "F16"    ? TensorType::kF16
+                  : type == "Q4_1" ? TensorType::kQ4_1
+                  : type == "Q8_0" ? TensorType::kQ8_0
+                  : type == "Q4_0" ? TensorType::kQ4_0
+                                   : TensorType::kF32;
+  return o;
+}
+
+double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// Prefill, then greedy decoding of as many tokens as the reference has.
+void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tolerance, const std::string& label) {
+  auto seq = backend.NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  std::vector<float> logits(backend.vocab_size());
+  ASSERT_TRUE(backend.Prefill(*seq, c.prompt, absl::MakeSpan(logits)).ok());
+  const double err = RelativeL2(logits, c.logits);
+  EXPECT_LE(err, tolerance) << label;
+  std::printf("%-40s relative L2 %.3g (limit %.0e)\n", label.c_str(), err, tolerance);
+  std::vector<int32_t> greedy;
+  for (size_t i = 0; i < c.greedy.size(); ++i) {
+    const int32_t next = Argmax(logits);
+    greedy.push_back(next);
+    const SequenceId s = *seq;
+    ASSERT_TRUE(backend.Decode({&s, 1}, {&next, 1}, absl::MakeSpan(logits)).ok());
+  }
+  EXPECT_EQ(greedy, c.greedy) << label;
+  backend.FreeSequence(*seq);
+}
+
+// Tolerances: f32 mode is exact up to float rounding; the default mode quantizes
+// activations to int8 per 32 values for decode (as llama.cpp does) and rounds weights and
+// activations to bf16 for long prompts; bf16 rounding of the default model's weights alone
+// moves its logits by up to ~1% (measured: see docs/PERFORMANCE.md), so these modes are held
+// to 2e-2 (bf16) and 5e-2 (int8 activations) on it, and to identical greedy continuations.
+struct Mode {
+  CpuPrecision precision;
+  double tiny_tolerance;
+  double default_tolerance;
+};
+
+class ReferenceTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
+  const CpuPrecision precision = GetParam().precision;
+  const double tolerance = GetParam().tiny_tolerance;
+  std::string current;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<CpuBackend> backend;
+  int checked = 0;
+  for (const ReferenceCase& c : LoadReference()) {
+    if (c.model == "default") continue;
+    if (c.model != current) {
+      backend.reset();
+      auto m = Model::Load(testing::WriteTinyModel(ToOptions(c.options), c.model + ".gguf"));
+      ASSERT_TRUE(m.ok()) << m.status();
+      model = std::move(*m);
+      CpuBackendOptions options;
+      options.precision = precision;
+      options.bf16_min_rows = 16;  // the 37-token prompts take the bf16 GEMM path
+      auto b = CpuBackend::Create(*model, options);
+      ASSERT_TRUE(b.ok()) << b.status();
+      backend = std::move(*b);
+      current = c.model;
+    }
+    CheckAgainstReference(*backend, c, tolerance, absl::StrCat(c.model, " prompt ", c.prompt.size()));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 15);
+}
+
+TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
+  const CpuPrecision precision = GetParam().precision;
+  auto model = Model::Load(kDefaultModelPath);
+  ASSERT_TRUE(model.ok());
+  CpuBackendOptions options;
+  options.precision = precision;
+  auto backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  int checked = 0;
+  for (const ReferenceCase& c : LoadReference()) {
+    if (c.model != "default") continue;
+    CheckAgainstReference(**backend, c, GetParam().default_tolerance, absl::StrCat("default prompt ", c.prompt.size()));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ReferenceTest,
+                         ::testing::Values(Mode{CpuPrecision::kF32, 1e-4, 1e-4}, Mode{CpuPrecision::kBf16, 1e-2, 2e-2},
+                                           Mode{CpuPrecision::kAuto, 1e-2, 5e-2}),
+                         [](const auto& info) {
+                           switch (info.param.precision) {
+                             case CpuPrecision::kF32: return "F32";
+                             case CpuPrecision::kBf16: return "Bf16";
+                             default: return "Auto";
+                           }
+                         });
+
+// The KV cache path (prefill, then one token at a time) gives the logits of a full
+// recompute of the same sequence.
+TEST(CpuBackendTest, DecodeWithCacheEqualsRecompute) {
+  testing::TinyModelOptions o;
+  o.n_layers = 2;
+  o.n_embd = 48;
+  o.n_heads = 6;
+  o.n_kv_heads = 2;
+  o.n_ff = 80;
+  o.n_vocab = 70;
+  o.architecture = "qwen2";
+  auto model = Model::Load(testing::WriteTinyModel(o, "decode_vs_recompute.gguf"));
+  ASSERT_TRUE(model.ok());
+  CpuBackendOptions options;
+  options.precision = CpuPrecision::kF32;
+  options.kv_block_tokens = 4;  // several blocks even for a short sequence
+  auto backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok());
+  const std::vector<int32_t> sequence = {3, 14, 15, 9, 26, 5, 35, 8, 9, 7, 9, 3, 23, 8, 4, 6, 2, 6, 43};
+  const int prompt = 5;
+  const int V = o.n_vocab;
+  // Full recompute: logits at every position in one pass.
+  auto full_seq = (*backend)->NewSequence();
+  std::vector<float> all(sequence.size() * V);
+  ASSERT_TRUE((*backend)->PrefillAllLogits(*full_seq, sequence, absl::MakeSpan(all)).ok());
+  // Cached: prompt, then decode token by token.
+  auto seq = (*backend)->NewSequence();
+  std::vector<float> logits(V);
+  ASSERT_TRUE((*backend)->Prefill(*seq, absl::MakeSpan(sequence.data(), prompt), absl::MakeSpan(logits)).ok());
+  for (size_t pos = prompt - 1; pos < sequence.size(); ++pos) {
+    std::vector<float> want(all.begin() + pos * V, all.begin() + (pos + 1) * V);
+    EXPECT_LE(RelativeL2(logits, want), 1e-5) << "position " << pos;
+    if (pos + 1 == sequence.size()) break;
+    const SequenceId s = *seq;
+    ASSERT_TRUE((*backend)->Decode({&s, 1}, {&sequence[pos + 1], 1}, absl::MakeSpan(logits)).ok());
+  }
+  EXPECT_EQ(*(*backend)->SequenceLength(*seq), static_cast<int>(sequence.size()));
+  // Truncating and decoding again reproduces the same logits.
+  ASSERT_TRUE((*backend)->TruncateSequence(*seq, 10).ok());
+  const SequenceId s = *seq;
+  ASSERT_TRUE((*backend)->Decode({&s, 1}, {&sequence[10], 1}, absl::MakeSpan(logits)).ok());
+  std::vector<float> want(all.begin() + 10 * V, all.begin() + 11 * V);
+  EXPECT_LE(RelativeL2(logits, want), 1e-5);
+}
+
+// Several sequences decoded in one batch give the same logits as one at a time.
+TEST(CpuBackendTest, BatchedDecodeEqualsSingle) {
+  testing::TinyModelOptions o;
+  o.weight_type = TensorType::kQ4_1;
+  o.n_ff = 128;
+  auto model = Model::Load(testing::WriteTinyModel(o, "batched.gguf"));
+  ASSERT_TRUE(model.ok());
+  auto backend = CpuBackend::Create(**model, CpuBackendOptions{});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int V = o.n_vocab;
+  std::vector<SequenceId> seqs;
+  std::vector<float> logits(V);
+  for (int i = 0; i < 3; ++i) {
+    seqs.push_back(*(*backend)->NewSequence());
+    std::vector<int32_t> prompt = {1 + i, 7, 9 + 2 * i, 4};
+    prompt.resize(4 + i, 11);
+    ASSERT_TRUE((*backend)->Prefill(seqs.back(), prompt, absl::MakeSpan(logits)).ok());
+  }
+  const std::vector<int32_t> next = {5, 6, 7};
+  std::vector<float> batched(3 * V);
+  ASSERT_TRUE((*backend)->Decode(seqs, next, absl::MakeSpan(batched)).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*backend)->TruncateSequence(seqs[i], 4 + i).ok());
+    std::vector<float> single(V);
+    ASSERT_TRUE((*backend)->Decode({&seqs[i], 1}, {&next[i], 1}, absl::MakeSpan(single)).ok());
+    std::vector<float> row(batched.begin() + i * V, batched.begin() + (i + 1) * V);
+    EXPECT_LE(RelativeL2(row, single), 1e-6) << "sequence " << i;
+  }
+}
+
+TEST(CpuBackendTest, RefusesBadInput) {
+  testing::TinyModelOptions o;
+  o.context_length = 8;
+  auto model = Model::Load(testing::WriteTinyModel(o, "small_context.gguf"));
+  ASSERT_TRUE(model.ok());
+  CpuBackendOptions options;
+  options.max_sequences = 2;
+  auto backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok());
+  CpuBackend& b = **backend;
+  auto seq = b.NewSequence();
+  std::vector<float> logits(o.n_vocab);
+  EXPECT_THAT(b.Prefill(*seq, std::vector<int32_t>(9, 1), absl::MakeSpan(logits)),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("context length 8")));
+  EXPECT_EQ(*b.SequenceLength(*seq), 0);  // unchanged
+  EXPECT_THAT(b.Prefill(*seq, {1, 2, o.n_vocab}, absl::MakeSpan(logits)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("token id 100")));
+  EXPECT_EQ(*b.SequenceLength(*seq), 0);
+  EXPECT_THAT(b.Prefill(*seq, {}, absl::MakeSpan(logits)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(b.Prefill(*seq, {1}, absl::MakeSpan(logits.data(), 3)), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(b.Prefill(12345, {1}, absl::MakeSpan(logits)), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_TRUE(b.Prefill(*seq, std::vector<int32_t>(8, 1), absl::MakeSpan(logits)).ok());
+  const SequenceId s = *seq;
+  const int32_t t = 1;
+  EXPECT_THAT(b.Decode({&s, 1}, {&t, 1}, absl::MakeSpan(logits)), StatusIs(absl::StatusCode::kOutOfRange));
+  const std::vector<SequenceId> twice = {s, s};
+  std::vector<float> two_rows(2 * o.n_vocab);
+  EXPECT_THAT(b.Decode(twice, {1, 1}, absl::MakeSpan(two_rows)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("appears twice")));
+  ASSERT_TRUE(b.NewSequence().ok());
+  EXPECT_THAT(b.NewSequence(), StatusIs(absl::StatusCode::kResourceExhausted));
+  b.FreeSequence(s);
+  EXPECT_TRUE(b.NewSequence().ok());
+}
+
+}  // namespace
+}  // namespace hetero
