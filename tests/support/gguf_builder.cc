@@ -1,7 +1,11 @@
 #include "tests/support/gguf_builder.h"
 
 #include <cstring>
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 #include "gtest/gtest.h"
 
@@ -160,8 +164,32 @@ std::vector<uint8_t> GgufBuilder::Build(Layout* layout) const {
   return out;
 }
 
+namespace {
+
+// Test programs run in parallel (ctest -j) and map the files they write, so each process
+// writes into its own directory: rewriting a file another process has mapped would SIGBUS
+// it. The directory is removed when the process exits.
+class ProcessTempDir {
+ public:
+  ProcessTempDir()
+      : path_(::testing::TempDir() + "hetero-test-" + std::to_string(::getpid()) + "/") {
+    std::filesystem::create_directories(path_);
+  }
+  ~ProcessTempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
 std::string WriteTempFile(const std::vector<uint8_t>& bytes, const std::string& name) {
-  const std::string path = ::testing::TempDir() + name;
+  static const ProcessTempDir dir;
+  const std::string path = dir.path() + name;
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   f.close();
