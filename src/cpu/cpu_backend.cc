@@ -77,6 +77,11 @@ absl::Status CpuBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(freq_factors, LoadVector(file, "rope_freqs.weight"));
   }
   rope_ = std::make_unique<Rope>(c, std::move(freq_factors));
+  try {
+    attention_ = std::make_unique<Attention>(dnnl_, AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim, options_.kv_block_tokens});
+  } catch (const dnnl::error& e) {
+    return absl::InternalError(absl::StrCat("oneDNN attention setup: ", e.what()));
+  }
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = absl::StrCat("blk.", i, ".");
@@ -168,60 +173,6 @@ absl::Status CpuBackend::ReserveRows(const std::vector<Row>& rows) {
   return absl::OkStatus();
 }
 
-void CpuBackend::Attention(int layer, const std::vector<Row>& rows, const float* q, float* out) {
-  const ModelConfig& c = config_;
-  const int hd = c.head_dim;
-  const int heads = c.n_heads;
-  const int group = c.n_heads / c.n_kv_heads;
-  const int bt = options_.kv_block_tokens;
-  const size_t head_stride = static_cast<size_t>(bt) * hd;             // one kv head in a block
-  const size_t layer_stride = 2 * static_cast<size_t>(c.n_kv_heads) * head_stride;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int n_rows = static_cast<int>(rows.size());
-  // Block pointers of each row's sequence, resolved once (the table is not touched below).
-  std::vector<std::vector<const float*>> blocks(n_rows);
-  for (int r = 0; r < n_rows; ++r) {
-    if (r > 0 && rows[r].seq == rows[r - 1].seq) {
-      blocks[r] = blocks[r - 1];
-      continue;
-    }
-    for (int32_t b : kv_.Blocks(rows[r].seq)) blocks[r].push_back(KvBlock(b) + layer * layer_stride);
-  }
-#pragma omp parallel
-  {
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1) collapse(2)
-    for (int r = 0; r < n_rows; ++r) {
-      for (int h = 0; h < heads; ++h) {
-        const int g = h / group;
-        const int n_keys = rows[r].position + 1;
-        const float* qv = q + (static_cast<size_t>(r) * heads + h) * hd;
-        scores.resize(n_keys);
-        float max_score = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < n_keys; ++j) {
-          const float* kv = blocks[r][j / bt] + g * head_stride + static_cast<size_t>(j % bt) * hd;
-          float dot = 0.0f;
-          for (int d = 0; d < hd; ++d) dot += qv[d] * kv[d];
-          scores[j] = dot * scale;
-          max_score = std::max(max_score, scores[j]);
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < n_keys; ++j) {
-          scores[j] = std::exp(scores[j] - max_score);
-          sum += scores[j];
-        }
-        float* o = out + (static_cast<size_t>(r) * heads + h) * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int j = 0; j < n_keys; ++j) {
-          const float* vv = blocks[r][j / bt] + (c.n_kv_heads + g) * head_stride + static_cast<size_t>(j % bt) * hd;
-          const float p = scores[j] / sum;
-          for (int d = 0; d < hd; ++d) o[d] += p * vv[d];
-        }
-      }
-    }
-  }
-}
-
 absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits) {
   const ModelConfig& c = config_;
   const int T = static_cast<int>(rows.size());
@@ -281,7 +232,21 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
                     block + (c.n_kv_heads + g) * head_stride + static_cast<size_t>(slot) * c.head_dim);
       }
     }
-    Attention(l, rows, w.q.data(), w.att.data());
+    // Each sequence's KV blocks for this layer.
+    std::vector<SequenceKv> seq_kv;
+    std::vector<const SequenceKv*> row_kv(T);
+    for (int r = 0; r < T; ++r) {
+      if (r == 0 || rows[r].seq != rows[r - 1].seq) {
+        SequenceKv skv;
+        for (int32_t b : kv_.Blocks(rows[r].seq)) skv.blocks.push_back(KvBlock(b) + l * layer_stride);
+        seq_kv.push_back(std::move(skv));
+      }
+    }
+    for (int r = 0, i = -1; r < T; ++r) {
+      if (r == 0 || rows[r].seq != rows[r - 1].seq) ++i;
+      row_kv[r] = &seq_kv[i];
+    }
+    HETERO_RETURN_IF_ERROR(attention_->Run(w.q.data(), T, positions.data(), row_kv, w.att.data()));
     HETERO_RETURN_IF_ERROR(layer.o->Forward(w.att.data(), T, w.tmp.data(), w.scratch));
     AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
     // Feed-forward block (SwiGLU).

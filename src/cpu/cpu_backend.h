@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "hetero/model.h"
+#include "src/cpu/attention.h"
 #include "src/cpu/cpu_ops.h"
 #include "src/cpu/linear.h"
 #include "src/runtime/backend.h"
@@ -75,8 +76,6 @@ class CpuBackend : public Backend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status ReserveRows(const std::vector<Row>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  void Attention(int layer, const std::vector<Row>& rows, const float* q, float* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 
   const Model& model_;
@@ -89,6 +88,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Linear> output_;
   const GgufTensorInfo* token_embd_ = nullptr;
   std::unique_ptr<Rope> rope_;
+  std::unique_ptr<Attention> attention_;  // holds scratch: used under mutex_
 
   mutable absl::Mutex mutex_;
   KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
