@@ -1,7 +1,7 @@
 // hetero-bench: prompt-processing and generation throughput, like llama-bench.
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS]
-//                [--precision auto|f32|bf16] [--json]
+//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--json]
 //
 // pp<P>: one Prefill of P random tokens into an empty sequence. tg<N>: N single-token
 // Decode steps from an empty sequence (end-of-sequence tokens are not special here).
@@ -45,7 +45,7 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 int main(int argc, char** argv) {
   std::string model_path, device = "cpu", precision_name = "auto";
-  int prompt = 512, gen = 128, threads = 1, reps = 5;
+  int prompt = 512, gen = 128, threads = hetero::DefaultCpuThreads(), reps = 5, bf16_min_rows = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -71,11 +71,13 @@ int main(int argc, char** argv) {
     } else if (a == "--precision") {
       if (i + 1 >= argc) return Fail("--precision needs auto, f32 or bf16");
       precision_name = argv[++i];
+    } else if (a == "--bf16-min-rows") {
+      next_int(bf16_min_rows);
     } else if (a == "--json") {
       json = true;
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--json]\n");
+                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--json]\n");
       return 0;
     } else {
       return Fail("unknown option '" + a + "' (try --help)");
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
   if (threads < 1 || reps < 1) return Fail("-t and -r must be at least 1");
   hetero::CpuBackendOptions options;
   options.threads = threads;
+  if (bf16_min_rows > 0) options.bf16_min_rows = bf16_min_rows;
   if (precision_name == "f32") {
     options.precision = hetero::CpuPrecision::kF32;
   } else if (precision_name == "bf16") {

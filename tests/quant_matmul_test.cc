@@ -95,6 +95,26 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);
     });
 
+// The bf16 copy used by the GEMM path: within one bf16 rounding step of the exact values.
+TEST_P(QuantMatmulTest, Bf16CopyMatchesDequantization) {
+  const Shape s = GetParam();
+  std::mt19937 rng(s.n + s.k);
+  const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
+  std::vector<float> exact(static_cast<size_t>(s.n) * s.k);
+  ASSERT_TRUE(Dequantize(s.type, blocks, absl::MakeSpan(exact)).ok());
+  std::vector<uint16_t> fast(exact.size()), portable(exact.size());
+  DequantizeRowsToBf16(w, 0, s.n, fast.data());
+  internal::DequantizeRowsToBf16Portable(w, 0, s.n, portable.data());
+  for (size_t i = 0; i < exact.size(); ++i) {
+    // bf16 keeps 8 significant bits: half an ulp is 2^-9 relative, plus one ulp of slack
+    // for the fused multiply-add the SIMD path uses before rounding.
+    const double bound = std::fabs(exact[i]) * std::ldexp(1.0, -7) + 1e-30;
+    ASSERT_LE(std::fabs(Bf16ToFp32(fast[i]) - exact[i]), bound) << i;
+    ASSERT_LE(std::fabs(Bf16ToFp32(portable[i]) - exact[i]), bound) << i;
+  }
+}
+
 TEST(QuantMatmulTest, ZeroActivationsGiveZero) {
   std::mt19937 rng(3);
   const std::vector<uint8_t> blocks = RandomBlocks(TensorType::kQ4_1, 4, 64, rng);

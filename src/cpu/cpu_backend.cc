@@ -31,6 +31,8 @@ void AddBias(float* y, const std::vector<float>& bias, int rows) {
 
 }  // namespace
 
+int DefaultCpuThreads() { return std::max(1, DetectCpu().logical_cpus); }
+
 CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
     : model_(model),
       config_(model.config()),

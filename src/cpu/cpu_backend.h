@@ -26,8 +26,12 @@ enum class CpuPrecision {
   kBf16,  // every matrix converted to bf16 at load
 };
 
+// The thread count measured best here: every logical CPU (on the 2-vCPU development
+// machine, 2 threads beat 1 for both prefill and decode; docs/PERFORMANCE.md).
+int DefaultCpuThreads();
+
 struct CpuBackendOptions {
-  int threads = 1;  // OpenMP threads for everything this backend runs (process-wide setting)
+  int threads = DefaultCpuThreads();  // OpenMP threads for all this backend runs (process-wide)
   CpuPrecision precision = CpuPrecision::kAuto;
   int max_sequences = 8;
   int kv_block_tokens = 16;
@@ -35,7 +39,7 @@ struct CpuBackendOptions {
   // allocated when first used, so unused capacity costs no memory.
   int kv_capacity_tokens = 0;
   // Prompt chunks of at least this many rows use the bf16 GEMM path for native weights.
-  int bf16_min_rows = 32;
+  int bf16_min_rows = 20;  // measured crossover, docs/PERFORMANCE.md
 };
 
 class CpuBackend : public Backend {

@@ -1,5 +1,7 @@
 #include "src/cpu/linear.h"
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
@@ -69,11 +71,9 @@ class OneDnnLinear : public Linear {
 
 class QuantLinear : public Linear {
  public:
-  QuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor, QuantizedWeights weights, int bf16_min_rows,
-              dnnl::matmul bf16_primitive)
+  QuantLinear(const LinearContext& ctx, QuantizedWeights weights, int bf16_min_rows, dnnl::matmul bf16_primitive)
       : Linear(weights.n, weights.k),
         ctx_(ctx),
-        tensor_(tensor),
         weights_(std::move(weights)),
         bf16_min_rows_(bf16_min_rows),
         bf16_primitive_(std::move(bf16_primitive)) {}
@@ -88,17 +88,14 @@ class QuantLinear : public Linear {
     // GGUF matrix are exactly oneDNN's {k, n} "ba" layout.
     const size_t count = static_cast<size_t>(n_) * k_;
     scratch.weights_bf16.resize(count);
-    const auto& traits = GetTensorTypeTraits(tensor_.type);
-    // Supported block types with whole-row sizes: dequantization cannot fail here.
+    // Each thread converts its own share of the rows.
 #pragma omp parallel
     {
-      std::vector<float> row(k_);
-#pragma omp for schedule(static)
-      for (int j = 0; j < n_; ++j) {
-        const size_t row_bytes = static_cast<size_t>(k_) / traits.block_size * traits.type_size;
-        Dequantize(tensor_.type, tensor_.data.subspan(j * row_bytes, row_bytes), absl::MakeSpan(row)).IgnoreError();
-        ToBf16(row.data(), k_, scratch.weights_bf16.data() + static_cast<size_t>(j) * k_);
-      }
+      const int threads = omp_get_num_threads();
+      const int t = omp_get_thread_num();
+      const int begin = static_cast<int>(static_cast<int64_t>(n_) * t / threads);
+      const int end = static_cast<int>(static_cast<int64_t>(n_) * (t + 1) / threads);
+      DequantizeRowsToBf16(weights_, begin, end, scratch.weights_bf16.data() + static_cast<size_t>(begin) * k_);
     }
     try {
       memory weights({{k_, n_}, Type::bf16, Tag::ba}, ctx_.engine, scratch.weights_bf16.data());
@@ -114,7 +111,6 @@ class QuantLinear : public Linear {
 
  private:
   const LinearContext& ctx_;
-  const GgufTensorInfo& tensor_;
   QuantizedWeights weights_;
   int bf16_min_rows_;
   dnnl::matmul bf16_primitive_;
@@ -166,7 +162,7 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx
   const auto [n, k] = shape;
   try {
     auto pd = MatmulDesc(ctx.engine, n, k, Type::bf16, memory::desc({k, n}, Type::bf16, Tag::ba));
-    return std::unique_ptr<Linear>(new QuantLinear(ctx, tensor, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data()),
+    return std::unique_ptr<Linear>(new QuantLinear(ctx, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data()),
                                                    bf16_min_rows, dnnl::matmul(pd)));
   } catch (const dnnl::error& e) {
     return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/cpu/cpu_features.h"
+#include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 
 namespace hetero {
@@ -132,7 +133,30 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
   return sum;
 }
 
+void DequantizeRowsToBf16Portable(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out) {
+  std::vector<float> row(w.k);
+  for (int j = row_begin; j < row_end; ++j) {
+    Dequantize(w.type, absl::MakeConstSpan(w.blocks + static_cast<size_t>(j) * w.row_bytes, w.row_bytes),
+               absl::MakeSpan(row))
+        .IgnoreError();  // supported type and whole rows: cannot fail
+    uint16_t* o = out + static_cast<size_t>(j - row_begin) * w.k;
+    for (int i = 0; i < w.k; ++i) o[i] = Fp32ToBf16(row[i]);
+  }
+}
+
 }  // namespace internal
+
+void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out) {
+  static const bool bf16 = [] {
+    const CpuInfo& cpu = DetectCpu();
+    return cpu.avx512f && cpu.avx512bw && cpu.avx512_bf16;
+  }();
+  if (bf16) {
+    internal::DequantizeRowsToBf16Avx512(w, row_begin, row_end, out);
+  } else {
+    internal::DequantizeRowsToBf16Portable(w, row_begin, row_end, out);
+  }
+}
 
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
   const bool simd = HaveAvx512Vnni();

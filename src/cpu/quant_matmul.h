@@ -45,6 +45,10 @@ struct QuantizedWeights {
 // split over the OpenMP threads.
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy);
 
+// Rows [row_begin, row_end) of `w` as bf16 (round to nearest even), row-major n x k: the
+// transient copy the bf16 GEMM path multiplies. AVX-512 BF16 where available.
+void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
+
 // Whether the AVX-512 VNNI kernels are in use on this CPU.
 bool QuantMatmulUsesAvx512();
 
@@ -55,6 +59,8 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
 // AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
 void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
 float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
+void DequantizeRowsToBf16Portable(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
+void DequantizeRowsToBf16Avx512(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 }  // namespace internal
 
 }  // namespace hetero

@@ -143,4 +143,39 @@ float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivati
   return _mm512_reduce_add_ps(acc) + offset;
 }
 
+void DequantizeRowsToBf16Avx512(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out) {
+  const int nb = w.k / kBlock;
+  const __m512i mask = _mm512_set1_epi32(0x0F);
+  for (int j = row_begin; j < row_end; ++j) {
+    const uint8_t* row = w.blocks + static_cast<size_t>(j) * w.row_bytes;
+    uint16_t* o = out + static_cast<size_t>(j - row_begin) * w.k;
+    for (int b = 0; b < nb; ++b) {
+      __m512 lo, hi;
+      switch (w.type) {
+        case TensorType::kQ4_0:
+        case TensorType::kQ4_1: {
+          const bool q41 = w.type == TensorType::kQ4_1;
+          const uint8_t* blk = row + b * (q41 ? 20 : 18);
+          const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q41 ? 4 : 2))));
+          const __m512 d = _mm512_set1_ps(Half(blk));
+          const __m512 m = _mm512_set1_ps(q41 ? Half(blk + 2) : -8.0f * Half(blk));
+          lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, mask)), d, m);
+          hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d, m);
+          break;
+        }
+        default: {  // Q8_0
+          const uint8_t* blk = row + b * 34;
+          const __m512 d = _mm512_set1_ps(Half(blk));
+          const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+          const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+          lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+          hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+          break;
+        }
+      }
+      _mm512_storeu_si512(o + b * kBlock, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+    }
+  }
+}
+
 }  // namespace hetero::internal
