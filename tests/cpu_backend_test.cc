@@ -74,6 +74,14 @@ testing::TinyModelOptions ToOptions(const nlohmann::json& j) {
   return o;
 }
 
+// One thread: ctest runs test programs in parallel, and OpenMP teams that oversubscribe
+// the cores spin instead of working.
+CpuBackendOptions TestOptions() {
+  CpuBackendOptions options;
+  options.threads = 1;
+  return options;
+}
+
 double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < want.size(); ++i) {
@@ -146,7 +154,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
       auto m = Model::Load(testing::WriteTinyModel(ToOptions(c.options), c.model + ".gguf"));
       ASSERT_TRUE(m.ok()) << m.status();
       model = std::move(*m);
-      CpuBackendOptions options;
+      CpuBackendOptions options = TestOptions();
       options.precision = precision;
       options.bf16_min_rows = 16;  // the 37-token prompts take the bf16 GEMM path
       auto b = CpuBackend::Create(*model, options);
@@ -165,7 +173,7 @@ TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
   const CpuPrecision precision = GetParam().precision;
   auto model = Model::Load(kDefaultModelPath);
   ASSERT_TRUE(model.ok());
-  CpuBackendOptions options;
+  CpuBackendOptions options = TestOptions();
   options.precision = precision;
   auto backend = CpuBackend::Create(**model, options);
   ASSERT_TRUE(backend.ok()) << backend.status();
@@ -204,7 +212,7 @@ TEST(CpuBackendTest, DecodeWithCacheEqualsRecompute) {
   o.architecture = "qwen2";
   auto model = Model::Load(testing::WriteTinyModel(o, "decode_vs_recompute.gguf"));
   ASSERT_TRUE(model.ok());
-  CpuBackendOptions options;
+  CpuBackendOptions options = TestOptions();
   options.precision = CpuPrecision::kF32;
   options.kv_block_tokens = 4;  // several blocks even for a short sequence
   auto backend = CpuBackend::Create(**model, options);
@@ -243,7 +251,7 @@ TEST(CpuBackendTest, BatchedDecodeEqualsSingle) {
   o.n_ff = 128;
   auto model = Model::Load(testing::WriteTinyModel(o, "batched.gguf"));
   ASSERT_TRUE(model.ok());
-  auto backend = CpuBackend::Create(**model, CpuBackendOptions{});
+  auto backend = CpuBackend::Create(**model, TestOptions());
   ASSERT_TRUE(backend.ok()) << backend.status();
   const int V = o.n_vocab;
   std::vector<SequenceId> seqs;
@@ -271,7 +279,7 @@ TEST(CpuBackendTest, RefusesBadInput) {
   o.context_length = 8;
   auto model = Model::Load(testing::WriteTinyModel(o, "small_context.gguf"));
   ASSERT_TRUE(model.ok());
-  CpuBackendOptions options;
+  CpuBackendOptions options = TestOptions();
   options.max_sequences = 2;
   auto backend = CpuBackend::Create(**model, options);
   ASSERT_TRUE(backend.ok());
