@@ -81,9 +81,12 @@ absl::Status Attention::RunPrompt(const float* q, int rows, int first_position, 
     memory values_mem({{n_keys, hd}, Type::f32, memory::format_tag::ab}, ctx_.engine, values_.data());
     memory probs_mem({{rows, n_keys}, Type::f32, memory::format_tag::ab}, ctx_.engine, probs_.data());
     // Causal softmax over each row's keys: masked scores are -inf, so they get weight 0.
-    auto softmax_pd = dnnl::softmax_forward::primitive_desc(
-        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, probs_mem.get_desc(), 1), ctx_.engine);
-    dnnl::softmax_forward softmax(softmax_pd);
+    if (rows != softmax_rows_ || n_keys != softmax_keys_) {
+      softmax_ = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, probs_mem.get_desc(), 1), ctx_.engine));
+      softmax_rows_ = rows;
+      softmax_keys_ = n_keys;
+    }
     for (int g = 0; g < s_.n_kv_heads; ++g) {
       // Gather this kv head's keys and values into contiguous [keys][hd] buffers.
       for (int j = 0; j < n_keys; ++j) {
@@ -102,7 +105,7 @@ absl::Status Attention::RunPrompt(const float* q, int rows, int first_position, 
           float* row = probs_.data() + static_cast<size_t>(r) * n_keys;
           std::fill(row + first_position + r + 1, row + n_keys, -std::numeric_limits<float>::infinity());
         }
-        softmax.execute(ctx_.stream, {{DNNL_ARG_SRC, probs_mem}, {DNNL_ARG_DST, probs_mem}});
+        softmax_.execute(ctx_.stream, {{DNNL_ARG_SRC, probs_mem}, {DNNL_ARG_DST, probs_mem}});
         mix_.execute(ctx_.stream, {{DNNL_ARG_SRC, probs_mem}, {DNNL_ARG_WEIGHTS, values_mem}, {DNNL_ARG_DST, out_mem}});
         ctx_.stream.wait();
       }

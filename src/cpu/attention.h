@@ -45,6 +45,11 @@ class Attention {
   AttentionShape s_;
   dnnl::matmul scores_;   // [rows, hd] x [hd, keys] -> [rows, keys], scaled by 1/sqrt(hd)
   dnnl::matmul mix_;      // [rows, keys] x [keys, hd] -> [rows, hd] (strided into the output)
+  // Softmax over [rows, keys] is created per shape; the last one is kept (a prompt's layers
+  // all share one shape).
+  dnnl::softmax_forward softmax_;
+  int softmax_rows_ = -1;
+  int softmax_keys_ = -1;
   // Scratch reused across calls.
   std::vector<float> keys_, values_, probs_;
 };

@@ -1,0 +1,173 @@
+// CPU kernels at the default model's shapes (SmolLM2-135M: hidden 576, FFN 1536, 9 heads
+// of 64, 3 KV heads, vocabulary 49152), each reporting what bounds it: bytes per second
+// for memory-bound work (compare BM_MemoryRead, this machine's read bandwidth) and FLOP/s
+// for compute-bound work (compare BM_OneDnnGemm/bf16, oneDNN's bf16 peak here).
+// Argument `threads` is the OpenMP team size.
+#include <omp.h>
+
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "src/cpu/attention.h"
+#include "src/cpu/linear.h"
+#include "src/cpu/quant_matmul.h"
+#include "src/runtime/fp16.h"
+
+namespace hetero {
+namespace {
+
+std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k) {
+  const TensorTypeTraits& t = GetTensorTypeTraits(type);
+  std::vector<uint8_t> data(static_cast<size_t>(n) * (k / 32) * t.type_size);
+  std::mt19937 rng(1);
+  for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
+  for (size_t off = 0; off < data.size(); off += t.type_size) {
+    const uint16_t d = Fp32ToFp16(0.01f);
+    std::memcpy(data.data() + off, &d, 2);
+    if (type == TensorType::kQ4_1) std::memcpy(data.data() + off + 2, &d, 2);
+  }
+  return data;
+}
+
+std::vector<float> RandomFloats(size_t n) {
+  std::vector<float> v(n);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Read bandwidth ceiling: sum a buffer far larger than the caches.
+void BM_MemoryRead(benchmark::State& state) {
+  omp_set_num_threads(static_cast<int>(state.range(0)));
+  const size_t n = size_t{64} << 20;  // 256 MiB of floats
+  std::vector<float> data(n, 1.0f);
+  for (auto _ : state) {
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; i += 16) {
+      float s = 0;
+      for (int j = 0; j < 16; ++j) s += data[i + j];
+      total += s;
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(n * sizeof(float)));
+}
+BENCHMARK(BM_MemoryRead)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Decode's matrix-vector products on native blocks: bytes = weight bytes read.
+void BM_QuantGemv(benchmark::State& state) {
+  omp_set_num_threads(static_cast<int>(state.range(3)));
+  const auto type = static_cast<TensorType>(state.range(0));
+  const int n = static_cast<int>(state.range(1)), k = static_cast<int>(state.range(2));
+  // Several copies so the weights do not sit in cache between iterations (as in decode,
+  // where each matrix is read once per token).
+  const int copies = std::max(1, static_cast<int>((size_t{128} << 20) / (static_cast<size_t>(n) * k)));
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<QuantizedWeights> weights;
+  for (int c = 0; c < copies; ++c) blocks.push_back(RandomBlocks(type, n, k));
+  for (int c = 0; c < copies; ++c) weights.push_back(QuantizedWeights::FromBlocks(type, n, k, blocks[c].data()));
+  const std::vector<float> x = RandomFloats(k);
+  std::vector<float> y(n);
+  QuantizedActivations a;
+  int c = 0;
+  for (auto _ : state) {
+    a.Quantize(x.data(), 1, k, k);
+    QuantMatmul(weights[c], a, y.data(), n);
+    c = (c + 1) % copies;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(blocks[0].size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * k * state.iterations(), benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetLabel(TensorTypeName(type));
+}
+BENCHMARK(BM_QuantGemv)
+    ->ArgNames({"type", "n", "k", "threads"})
+    ->Args({3, 1536, 576, 1})->Args({3, 1536, 576, 2})   // Q4_1 ffn_gate / ffn_up
+    ->Args({3, 576, 1536, 1})->Args({3, 576, 1536, 2})   // Q4_1 ffn_down
+    ->Args({8, 49152, 576, 1})->Args({8, 49152, 576, 2})  // Q8_0 output (tied embedding)
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The transient bf16 copy of a native matrix that the prompt GEMM path makes.
+void BM_DequantizeToBf16(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const int n = 1536, k = 576;
+  const std::vector<uint8_t> blocks = RandomBlocks(TensorType::kQ4_1, n, k);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(TensorType::kQ4_1, n, k, blocks.data());
+  std::vector<uint16_t> out(static_cast<size_t>(n) * k);
+  for (auto _ : state) {
+    DequantizeRowsToBf16(w, 0, n, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(out.size() * 2));
+}
+BENCHMARK(BM_DequantizeToBf16)->Unit(benchmark::kMicrosecond);
+
+// oneDNN matmuls at prompt shapes (512 x 576 x 1536): the compute ceiling.
+void BM_OneDnnGemm(benchmark::State& state) {
+  omp_set_num_threads(static_cast<int>(state.range(1)));
+  const bool bf16 = state.range(0) == 1;
+  const int m = 512, n = 1536, k = 576;
+  static LinearContext ctx;
+  // A GGUF-like F32 tensor to build the layer from.
+  std::vector<float> w = RandomFloats(static_cast<size_t>(n) * k);
+  GgufTensorInfo info;
+  info.name = "bench";
+  info.dims = {k, n};
+  info.type = TensorType::kF32;
+  info.n_elements = static_cast<uint64_t>(n) * k;
+  info.n_bytes = info.n_elements * 4;
+  info.data = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(w.data()), info.n_bytes);
+  auto linear = MakeOneDnnLinear(ctx, info, bf16 ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
+  if (!linear.ok()) {
+    state.SkipWithError(std::string(linear.status().message()).c_str());
+    return;
+  }
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(m) * k);
+  std::vector<float> y(static_cast<size_t>(m) * n);
+  LinearScratch scratch;
+  for (auto _ : state) {
+    (*linear)->Forward(x.data(), m, y.data(), scratch).IgnoreError();
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k * state.iterations(), benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetLabel(bf16 ? "bf16" : "f32");
+}
+BENCHMARK(BM_OneDnnGemm)->ArgNames({"bf16", "threads"})->Args({1, 1})->Args({1, 2})->Args({0, 1})->Args({0, 2})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Attention of a 512-token prompt (all rows at once) and of one decode step at 512 keys.
+void BM_Attention(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const int rows = static_cast<int>(state.range(0));
+  const int keys = 512;
+  const AttentionShape shape{9, 3, 64, 16};
+  static LinearContext ctx;
+  Attention attention(ctx, shape);
+  const int blocks = keys / shape.block_tokens;
+  std::vector<float> kv = RandomFloats(static_cast<size_t>(blocks) * 2 * 3 * 16 * 64);
+  SequenceKv seq;
+  for (int b = 0; b < blocks; ++b) seq.blocks.push_back(kv.data() + static_cast<size_t>(b) * 2 * 3 * 16 * 64);
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(rows) * 9 * 64);
+  std::vector<float> out(q.size());
+  std::vector<int32_t> positions(rows);
+  for (int r = 0; r < rows; ++r) positions[r] = keys - rows + r;
+  std::vector<const SequenceKv*> kvs(rows, &seq);
+  for (auto _ : state) {
+    attention.Run(q.data(), rows, positions.data(), kvs, out.data()).IgnoreError();
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Useful work: q.k and p.v over the causal keys.
+  double flops = 0;
+  for (int r = 0; r < rows; ++r) flops += 4.0 * 9 * 64 * (positions[r] + 1);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * state.iterations(), benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Attention)->ArgName("rows")->Arg(512)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace hetero
