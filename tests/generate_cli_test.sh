@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# hetero-generate and hetero-bench end to end on the default model: the chat answer, --json
+# fields, seeded reproducibility, and one "error: ..." line with exit status 1 for bad input.
+#   generate_cli_test.sh HETERO_GENERATE HETERO_BENCH TEMP_DIR
+set -uo pipefail
+gen="$1"
+bench="$2"
+tmp="$3"
+mkdir -p "$tmp"
+fail=0
+check() {
+  local what="$1"; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+model="models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ ! -f "$model" ]; then
+  echo "SKIP: default model not present at $model (run bash scripts/setup.sh --model)"
+  exit 77
+fi
+
+"$gen" -t 1 --chat -p "What is the capital of France?" -n 24 >"$tmp/chat.out" 2>"$tmp/chat.err"
+check "--chat exits 0" test $? -eq 0
+check "--chat answers Paris" grep -q "Paris" "$tmp/chat.out"
+check "stats line on stderr" grep -q "tok/s decode" "$tmp/chat.err"
+
+"$gen" -t 1 -p "Once upon a time" -n 12 --temp 0.8 --seed 3 --json >"$tmp/a.json"
+"$gen" -t 1 -p "Once upon a time" -n 12 --temp 0.8 --seed 3 --json >"$tmp/b.json"
+check "--json fields" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k in ("tokens", "text", "prefill_tok_s", "decode_tok_s", "ttft_ms", "stop_reason", "prompt_tokens"):
+    assert k in j, k
+assert len(j["tokens"]) == 12 and j["stop_reason"] == "max_tokens", j
+assert j["decode_tok_s"] > 0 and j["ttft_ms"] > 0
+' "$tmp/a.json"
+check "same seed, same tokens" python3 -c '
+import json, sys
+assert json.load(open(sys.argv[1]))["tokens"] == json.load(open(sys.argv[2]))["tokens"]
+' "$tmp/a.json" "$tmp/b.json"
+
+"$bench" -t 1 -p 16 -n 4 -r 1 --json >"$tmp/bench.json"
+check "hetero-bench --json" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["pp16"]["tok_s_median"] > 0 and j["tg4"]["tok_s_median"] > 0, j
+' "$tmp/bench.json"
+
+expect_error() {
+  local name="$1" substring="$2" tool="$3"; shift 3
+  "$tool" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
+  local rc=$?
+  check "$name: exit status 1 (got $rc)" test "$rc" -eq 1
+  check "$name: one 'error: ' line naming '$substring'" \
+    bash -c "[ \$(wc -l <'$tmp/$name.err') -eq 1 ] && grep -q '^error: ' '$tmp/$name.err' && grep -qF -- \"$substring\" '$tmp/$name.err'"
+}
+expect_error no_prompt "no prompt given" "$gen"
+expect_error bad_temp "temperature is -1" "$gen" -p x --temp -1
+expect_error bad_number "'abc' is not a number" "$gen" -p x -n abc
+expect_error system_without_chat "--system needs --chat" "$gen" -p x --system hi
+expect_error bad_precision "unknown precision 'int3'" "$gen" -p x --precision int3
+expect_error missing_model "not found" "$gen" -m /no/such.gguf -p x
+expect_error bench_gpu "device 'gpu' is not available" "$bench" --device gpu
+expect_error bench_option "unknown option '--bogus'" "$bench" --bogus
+exit $fail
