@@ -166,9 +166,10 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
   // meets every activation row with them while they are in cache.
 #pragma omp parallel for schedule(static)
   for (int j = 0; j < n; ++j) {
-    for (int m = 0; m < rows; ++m) {
-      y[static_cast<size_t>(m) * ldy + j] =
-          simd ? internal::QuantDotAvx512(w, j, a, m) : internal::QuantDotPortable(w, j, a, m);
+    if (simd) {
+      internal::QuantRowsAvx512(w, j, a, y, ldy);
+    } else {
+      for (int m = 0; m < rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
     }
   }
 }

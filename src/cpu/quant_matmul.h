@@ -59,6 +59,11 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
 // AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
 void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
 float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
+// Blocks [first_block, end_block) of the same dot product.
+float QuantDotAvx512Blocks(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m, int first_block,
+                           int end_block);
+// y[m * ldy + row] for every activation row m: weight row `row` against all of them.
+void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
 void DequantizeRowsToBf16Portable(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 void DequantizeRowsToBf16Avx512(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 }  // namespace internal

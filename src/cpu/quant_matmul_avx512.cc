@@ -75,13 +75,18 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
 }
 
 float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
-  const int nb = w.k / kBlock;
+  return QuantDotAvx512Blocks(w, row, a, m, 0, w.k / kBlock);
+}
+
+float QuantDotAvx512Blocks(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m, int first_block,
+                           int nb) {
   const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
-  const float* ad = a.d.data() + static_cast<size_t>(m) * nb;
-  const float* ads = a.d_sum.data() + static_cast<size_t>(m) * nb;
+  const int row_blocks = w.k / kBlock;
+  const float* ad = a.d.data() + static_cast<size_t>(m) * row_blocks;
+  const float* ads = a.d_sum.data() + static_cast<size_t>(m) * row_blocks;
   __m512 acc = _mm512_setzero_ps();
   float offset = 0.0f;  // weight offsets (Q4_0's -8, Q4_1's minimum) times block sums
-  int b = 0;
+  int b = first_block;
   switch (w.type) {
     case TensorType::kQ4_0:
     case TensorType::kQ4_1: {
@@ -112,7 +117,7 @@ float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivati
     }
     case TensorType::kQ8_0: {
       const uint8_t* au = a.q_biased.data() + static_cast<size_t>(m) * a.cols;
-      const float* sums = w.block_sums_128.data() + static_cast<size_t>(row) * nb;
+      const float* sums = w.block_sums_128.data() + static_cast<size_t>(row) * row_blocks;
       for (; b + 1 < nb; b += 2) {
         const uint8_t* b0 = wrow + b * 34;
         const uint8_t* b1 = b0 + 34;
@@ -141,6 +146,81 @@ float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivati
       break;
   }
   return _mm512_reduce_add_ps(acc) + offset;
+}
+
+namespace {
+
+// One weight row against R activation rows: each weight block pair is unpacked once and
+// meets all R rows while in registers (decode batches several sequences this way).
+template <int R>
+void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m0, float* out, int ldo) {
+  const int nb = w.k / kBlock;
+  const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
+  __m512 acc[R];
+  float offset[R];
+  const float* ad[R];
+  const float* ads[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    offset[r] = 0.0f;
+    ad[r] = a.d.data() + static_cast<size_t>(m0 + r) * nb;
+    ads[r] = a.d_sum.data() + static_cast<size_t>(m0 + r) * nb;
+  }
+  int b = 0;
+  if (w.type == TensorType::kQ8_0) {
+    const float* sums = w.block_sums_128.data() + static_cast<size_t>(row) * nb;
+    for (; b + 1 < nb; b += 2) {
+      const uint8_t* b0 = wrow + b * 34;
+      const uint8_t* b1 = b0 + 34;
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
+      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+      const float d0 = Half(b0), d1 = Half(b1);
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* au = a.q_biased.data() + static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(au), wq);
+        const float s0 = d0 * ad[r][b], s1 = d1 * ad[r][b + 1];
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), TwoScales(s0, s1), acc[r]);
+        offset[r] -= s0 * sums[b] + s1 * sums[b + 1];
+      }
+    }
+  } else {
+    const bool q41 = w.type == TensorType::kQ4_1;
+    const int bytes = q41 ? 20 : 18;
+    const int qs_at = q41 ? 4 : 2;
+    for (; b + 1 < nb; b += 2) {
+      const uint8_t* b0 = wrow + b * bytes;
+      const uint8_t* b1 = b0 + bytes;
+      const __m512i wq = UnpackTwoQ4(b0 + qs_at, b1 + qs_at);
+      const float d0 = Half(b0), d1 = Half(b1);
+      const float m0v = q41 ? Half(b0 + 2) : -8.0f * d0;
+      const float m1v = q41 ? Half(b1 + 2) : -8.0f * d1;
+      for (int r = 0; r < R; ++r) {
+        const int8_t* aq = a.q.data() + static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, _mm512_loadu_si512(aq));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), TwoScales(d0 * ad[r][b], d1 * ad[r][b + 1]), acc[r]);
+        offset[r] += m0v * ads[r][b] + m1v * ads[r][b + 1];
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float tail = 0.0f;
+    if (b < nb) tail = QuantDotAvx512Blocks(w, row, a, m0 + r, b, nb);
+    out[static_cast<size_t>(r) * ldo] = _mm512_reduce_add_ps(acc[r]) + offset[r] + tail;
+  }
+}
+
+}  // namespace
+
+void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy) {
+  int m = 0;
+  for (; m + 4 <= a.rows; m += 4) QuantRowTile<4>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy);
+  switch (a.rows - m) {
+    case 3: QuantRowTile<3>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    case 2: QuantRowTile<2>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    case 1: QuantRowTile<1>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    default: break;
+  }
 }
 
 void DequantizeRowsToBf16Avx512(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out) {
