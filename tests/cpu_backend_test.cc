@@ -274,6 +274,45 @@ TEST(CpuBackendTest, BatchedDecodeEqualsSingle) {
   }
 }
 
+// A sequence swapped out to host memory and back continues exactly; accounting follows.
+TEST(CpuBackendTest, SwapOutAndInPreservesTheCache) {
+  testing::TinyModelOptions o;
+  auto model = Model::Load(testing::WriteTinyModel(o, "swap.gguf"));
+  ASSERT_TRUE(model.ok());
+  CpuBackendOptions options = TestOptions();
+  options.precision = CpuPrecision::kF32;
+  options.kv_block_tokens = 4;
+  auto backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok());
+  CpuBackend& b = **backend;
+  const std::vector<int32_t> prompt = {5, 9, 13, 2, 7, 1, 44};
+  std::vector<float> logits(o.n_vocab), swapped_logits(o.n_vocab);
+  auto a = b.NewSequence();
+  auto c = b.NewSequence();
+  ASSERT_TRUE(b.Prefill(*a, prompt, absl::MakeSpan(logits)).ok());
+  ASSERT_TRUE(b.Prefill(*c, prompt, absl::MakeSpan(logits)).ok());
+  EXPECT_EQ(b.kv_used_tokens(), 14);
+  auto saved = b.SwapOut(*c);
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(saved->tokens, 7);
+  EXPECT_EQ(b.kv_used_tokens(), 7);
+  EXPECT_THAT(b.SequenceLength(*c), StatusIs(absl::StatusCode::kNotFound));
+  auto restored = b.SwapIn(*saved);
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ(b.kv_used_tokens(), 14);
+  const int32_t next = 3;
+  const SequenceId sa = *a, sr = *restored;
+  ASSERT_TRUE(b.Decode({&sa, 1}, {&next, 1}, absl::MakeSpan(logits)).ok());
+  ASSERT_TRUE(b.Decode({&sr, 1}, {&next, 1}, absl::MakeSpan(swapped_logits)).ok());
+  EXPECT_EQ(logits, swapped_logits);
+  b.FreeSequence(sa);
+  b.FreeSequence(sr);
+  EXPECT_EQ(b.kv_used_tokens(), 0);
+  SavedSequence bad = *saved;
+  bad.data.pop_back();
+  EXPECT_THAT(b.SwapIn(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CpuBackendTest, RefusesBadInput) {
   testing::TinyModelOptions o;
   o.context_length = 8;

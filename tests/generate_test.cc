@@ -26,6 +26,11 @@ class ScriptedBackend : public Backend {
   void FreeSequence(SequenceId) override { --live_; }
   absl::StatusOr<int> SequenceLength(SequenceId) const override { return length_; }
   absl::Status TruncateSequence(SequenceId, int) override { return absl::OkStatus(); }
+  int kv_capacity_tokens() const override { return 1 << 20; }
+  int kv_used_tokens() const override { return length_; }
+  size_t kv_bytes_per_token() const override { return 4; }
+  absl::StatusOr<SavedSequence> SwapOut(SequenceId) override { return absl::UnimplementedError("scripted"); }
+  absl::StatusOr<SequenceId> SwapIn(const SavedSequence&) override { return absl::UnimplementedError("scripted"); }
   absl::Status Prefill(SequenceId, absl::Span<const int32_t> tokens, absl::Span<float> logits) override {
     length_ += static_cast<int>(tokens.size());
     Next(logits);

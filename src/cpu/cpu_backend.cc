@@ -122,7 +122,7 @@ absl::Status CpuBackend::Init() {
 }
 
 absl::StatusOr<SequenceId> CpuBackend::NewSequence() {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   // Bounded so a caller leaking sequences fails loudly instead of exhausting memory.
   int live = 0;
   for (SequenceId id = 1; id < std::numeric_limits<SequenceId>::max() && live <= options_.max_sequences; ++id) {
@@ -140,18 +140,66 @@ absl::StatusOr<SequenceId> CpuBackend::NewSequence() {
 }
 
 void CpuBackend::FreeSequence(SequenceId seq) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   kv_.FreeSequence(seq);
 }
 
 absl::StatusOr<int> CpuBackend::SequenceLength(SequenceId seq) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   return kv_.Length(seq);
 }
 
 absl::Status CpuBackend::TruncateSequence(SequenceId seq, int length) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   return kv_.Truncate(seq, length);
+}
+
+int CpuBackend::kv_capacity_tokens() const {
+  MutexLock lock(&mutex_);
+  return kv_.max_blocks() * kv_.block_tokens();
+}
+
+int CpuBackend::kv_used_tokens() const {
+  MutexLock lock(&mutex_);
+  return kv_.used_tokens();
+}
+
+size_t CpuBackend::kv_bytes_per_token() const {
+  return kv_block_floats_ * sizeof(float) / static_cast<size_t>(options_.kv_block_tokens);
+}
+
+absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
+  MutexLock lock(&mutex_);
+  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
+  SavedSequence saved;
+  saved.tokens = length;
+  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
+  saved.data.resize(blocks.size() * kv_block_floats_);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::copy_n(KvBlock(blocks[i]), kv_block_floats_, saved.data.data() + i * kv_block_floats_);
+  }
+  kv_.FreeSequence(seq);
+  return saved;
+}
+
+absl::StatusOr<SequenceId> CpuBackend::SwapIn(const SavedSequence& saved) {
+  MutexLock lock(&mutex_);
+  const size_t blocks_needed = (static_cast<size_t>(saved.tokens) + options_.kv_block_tokens - 1) / options_.kv_block_tokens;
+  if (saved.data.size() != blocks_needed * kv_block_floats_) {
+    return absl::InvalidArgumentError("SwapIn: saved KV does not match this backend's layout");
+  }
+  const SequenceId seq = kv_.NewSequence();
+  absl::Status s = kv_.Reserve(seq, saved.tokens);
+  if (!s.ok()) {
+    kv_.FreeSequence(seq);
+    return s;
+  }
+  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    std::copy_n(saved.data.data() + i * kv_block_floats_, kv_block_floats_, KvBlock(blocks[i]));
+  }
+  kv_.Advance(seq, saved.tokens);
+  return seq;
 }
 
 float* CpuBackend::KvBlock(int block) {
@@ -275,7 +323,7 @@ absl::Status CpuBackend::Prefill(SequenceId seq, absl::Span<const int32_t> token
   if (logits.size() < static_cast<size_t>(config_.n_vocab)) {
     return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ", config_.n_vocab));
   }
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
   std::vector<Row> rows;
   rows.reserve(tokens.size());
@@ -288,7 +336,7 @@ absl::Status CpuBackend::Prefill(SequenceId seq, absl::Span<const int32_t> token
 
 absl::Status CpuBackend::PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
   if (logits.size() < tokens.size() * config_.n_vocab) return absl::InvalidArgumentError("logits buffer too small");
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
   std::vector<Row> rows;
   std::vector<int> all;
@@ -311,7 +359,7 @@ absl::Status CpuBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<co
     return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
                                                    seqs.size() * config_.n_vocab));
   }
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   std::vector<Row> rows;
   std::vector<int> all;
   std::vector<int> lengths;

@@ -9,7 +9,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "src/runtime/sync.h"
 #include "hetero/model.h"
 #include "src/cpu/attention.h"
 #include "src/cpu/cpu_ops.h"
@@ -53,6 +53,11 @@ class CpuBackend : public Backend {
   void FreeSequence(SequenceId seq) override;
   absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
   absl::Status TruncateSequence(SequenceId seq, int length) override;
+  int kv_capacity_tokens() const override;
+  int kv_used_tokens() const override;
+  size_t kv_bytes_per_token() const override;
+  absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) override;
+  absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override;
   absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
   absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                       absl::Span<float> logits) override;
@@ -94,7 +99,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Rope> rope_;
   std::unique_ptr<Attention> attention_;  // holds scratch: used under mutex_
 
-  mutable absl::Mutex mutex_;
+  mutable Mutex mutex_;
   KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::unique_ptr<float[]>> kv_blocks_ ABSL_GUARDED_BY(mutex_);
   size_t kv_block_floats_ = 0;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,6 +28,13 @@ struct BackendInfo {
 
 using SequenceId = int32_t;
 
+// A sequence's KV cache copied to host memory (swap-out while its task waits on a tool).
+// The layout is the backend's own; only the backend that made it reads it.
+struct SavedSequence {
+  int tokens = 0;
+  std::vector<float> data;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -42,6 +50,16 @@ class Backend {
   virtual absl::StatusOr<int> SequenceLength(SequenceId seq) const = 0;
   // Keeps the first `length` tokens (prefix reuse, rollback).
   virtual absl::Status TruncateSequence(SequenceId seq, int length) = 0;
+
+  // KV accounting, in tokens.
+  virtual int kv_capacity_tokens() const = 0;
+  virtual int kv_used_tokens() const = 0;  // tokens held by live sequences
+  virtual size_t kv_bytes_per_token() const = 0;
+
+  // Copies the sequence's KV cache to host memory and frees the sequence.
+  virtual absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) = 0;
+  // A new sequence holding `saved`'s tokens.
+  virtual absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) = 0;
 
   // Appends `tokens` to `seq` and writes the logits that follow its last token into
   // `logits` (vocab_size floats). Fails (OutOfRange) without changing the sequence if it

@@ -17,6 +17,7 @@ void KvBlockTable::FreeSequence(SequenceId seq) {
   auto it = sequences_.find(seq);
   if (it == sequences_.end()) return;
   free_.insert(free_.end(), it->second.blocks.begin(), it->second.blocks.end());
+  used_tokens_ -= it->second.length;
   sequences_.erase(it);
 }
 
@@ -53,7 +54,10 @@ absl::Status KvBlockTable::Reserve(SequenceId seq, int n) {
   return absl::OkStatus();
 }
 
-void KvBlockTable::Advance(SequenceId seq, int n) { sequences_.at(seq).length += n; }
+void KvBlockTable::Advance(SequenceId seq, int n) {
+  sequences_.at(seq).length += n;
+  used_tokens_ += n;
+}
 
 absl::Status KvBlockTable::Truncate(SequenceId seq, int length) {
   auto it = sequences_.find(seq);
@@ -62,6 +66,7 @@ absl::Status KvBlockTable::Truncate(SequenceId seq, int length) {
   if (length < 0 || length > s.length) {
     return absl::OutOfRangeError(absl::StrCat("cannot truncate sequence ", seq, " of ", s.length, " tokens to ", length));
   }
+  used_tokens_ -= s.length - length;
   s.length = length;
   const size_t keep = static_cast<size_t>((length + block_tokens_ - 1) / block_tokens_);
   while (s.blocks.size() > keep) {

@@ -39,6 +39,7 @@ class KvBlockTable {
   int free_blocks() const { return static_cast<int>(free_.size()); }
   int blocks_ever_used() const { return next_unused_block_; }
   int max_tokens_per_sequence() const { return max_tokens_; }
+  int used_tokens() const { return used_tokens_; }  // over all live sequences
 
  private:
   struct Sequence {
@@ -51,6 +52,7 @@ class KvBlockTable {
   int max_blocks_;
   int max_tokens_;
   int next_unused_block_ = 0;       // blocks are created lazily, so untouched memory stays free
+  int used_tokens_ = 0;
   std::vector<int32_t> free_;       // released blocks, reused first
   SequenceId next_id_ = 1;
   absl::flat_hash_map<SequenceId, Sequence> sequences_;

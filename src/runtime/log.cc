@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "src/runtime/sync.h"
 #include "hetero/log.h"
 #include "src/runtime/log_internal.h"
 
@@ -11,7 +11,7 @@ namespace hetero {
 namespace {
 
 struct LogSink {
-  absl::Mutex mutex;
+  Mutex mutex;
   // Shared so a message in flight keeps its callback alive while another thread replaces it.
   std::shared_ptr<const LogCallback> callback ABSL_GUARDED_BY(mutex);
   LogLevel min_level ABSL_GUARDED_BY(mutex) = LogLevel::kInfo;
@@ -36,7 +36,7 @@ const char* LevelName(LogLevel level) {
 
 void SetLogCallback(LogCallback callback, LogLevel min_level) {
   LogSink& sink = Sink();
-  absl::MutexLock lock(&sink.mutex);
+  MutexLock lock(&sink.mutex);
   sink.callback = callback ? std::make_shared<const LogCallback>(std::move(callback)) : nullptr;
   sink.min_level = min_level;
 }
@@ -52,7 +52,7 @@ void Log(LogLevel level, std::string_view message) {
   std::shared_ptr<const LogCallback> callback;
   {
     LogSink& sink = Sink();
-    absl::MutexLock lock(&sink.mutex);
+    MutexLock lock(&sink.mutex);
     if (sink.callback == nullptr || level < sink.min_level) return;
     callback = sink.callback;
   }
