@@ -2,15 +2,19 @@
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS]
 //                [--precision auto|f32|bf16] [--bf16-min-rows R] [--json]
+//   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
+//   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
 //
 // pp<P>: one Prefill of P random tokens into an empty sequence. tg<N>: N single-token
 // Decode steps from an empty sequence (end-of-sequence tokens are not special here).
 // Each is repeated REPS times (default 5); the median and the spread (min..max) are shown.
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +23,8 @@
 #include "absl/strings/str_format.h"
 #include "hetero/model.h"
 #include "hetero/version.h"
+#include "hetero/devices.h"
+#include "hetero/engine.h"
 #include "src/cpu/cpu_backend.h"
 
 namespace {
@@ -41,12 +47,83 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
   return std::chrono::duration<double>(b - a).count();
 }
 
+// N sessions through one engine, each generating `gen` tokens (end-of-generation
+// ignored) after a short prompt; aggregate decode tokens/s against one session alone.
+int RunSessions(const std::string& model_path, int sessions, int gen, int threads, int reps, bool json) {
+  hetero::EngineOptions options;
+  options.threads = threads;
+  options.max_sessions = sessions;
+  options.max_batch = sessions;
+  options.scheduler = "all-cpu";
+  auto engine = hetero::Engine::Create(model_path, options);
+  if (!engine.ok()) return Fail(std::string(engine.status().message()));
+  auto measure = [&](int n) -> absl::StatusOr<double> {
+    std::vector<std::unique_ptr<hetero::Session>> all;
+    for (int i = 0; i < n; ++i) {
+      auto s = (*engine)->NewSession();
+      if (!s.ok()) return s.status();
+      all.push_back(std::move(*s));
+    }
+    hetero::RunOptions run;
+    run.max_tokens = gen;
+    run.ignore_end_of_generation = true;
+    std::vector<absl::StatusOr<hetero::RunResult>> results(n, absl::UnknownError("not run"));
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> workers;
+    for (int i = 0; i < n; ++i) {
+      workers.emplace_back([&, i] { results[i] = all[i]->Run("Tell me story number " + std::to_string(i) + ".", run); });
+    }
+    for (auto& w : workers) w.join();
+    (void)start;
+    // Aggregate decode throughput: the sum over sessions of each one's generated tokens
+    // over its own Generate stage (they run concurrently), prompts excluded.
+    double rate = 0;
+    for (auto& r : results) {
+      if (!r.ok()) return r.status();
+      for (const hetero::StageReport& st : r->report.stages) {
+        if (st.stage == hetero::Stage::kGenerate && st.end_ms > st.start_ms) {
+          rate += st.tokens_out / ((st.end_ms - st.start_ms) / 1e3);
+        }
+      }
+    }
+    return rate;
+  };
+  std::vector<double> single, many;
+  for (int rep = 0; rep < reps + 1; ++rep) {
+    auto a = measure(1);
+    auto b = measure(sessions);
+    if (!a.ok()) return Fail(std::string(a.status().message()));
+    if (!b.ok()) return Fail(std::string(b.status().message()));
+    if (rep > 0) {
+      single.push_back(*a);
+      many.push_back(*b);
+    }
+  }
+  const Stats s1 = Summarize(single), sn = Summarize(many);
+  if (json) {
+    nlohmann::json out;
+    out["sessions"] = sessions;
+    out["tokens_per_session"] = gen;
+    out["single_tok_s"] = s1.median;
+    out["aggregate_tok_s"] = sn.median;
+    out["ratio"] = sn.median / s1.median;
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("1 session: %.1f tok/s (%.1f..%.1f); %d sessions: %.1f tok/s aggregate (%.1f..%.1f); ratio %.2fx\n",
+                s1.median, s1.min, s1.max, sessions, sn.median, sn.min, sn.max, sn.median / s1.median);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model_path, device = "cpu", precision_name = "auto";
   int prompt = 512, gen = 128, threads = hetero::DefaultCpuThreads(), reps = 5, bf16_min_rows = 0;
   bool json = false;
+  bool calibrate = false;
+  int sessions = 0;
+  std::string profile_path = "hetero-profile.json";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next_int = [&](int& out) {
@@ -71,19 +148,28 @@ int main(int argc, char** argv) {
     } else if (a == "--precision") {
       if (i + 1 >= argc) return Fail("--precision needs auto, f32 or bf16");
       precision_name = argv[++i];
+    } else if (a == "--sessions") {
+      next_int(sessions);
+    } else if (a == "--calibrate") {
+      calibrate = true;
+    } else if (a == "-o") {
+      if (i + 1 >= argc) return Fail("-o needs a path");
+      profile_path = argv[++i];
     } else if (a == "--bf16-min-rows") {
       next_int(bf16_min_rows);
     } else if (a == "--json") {
       json = true;
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--json]\n");
+                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--json]\n"
+                  "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n");
       return 0;
     } else {
       return Fail("unknown option '" + a + "' (try --help)");
     }
   }
   if (device != "cpu") return Fail("device '" + device + "' is not available in this build (cpu only)");
+  if (sessions > 0 && !calibrate) return RunSessions(model_path, sessions, gen, threads, reps, json);
   if (threads < 1 || reps < 1) return Fail("-t and -r must be at least 1");
   hetero::CpuBackendOptions options;
   options.threads = threads;
@@ -159,5 +245,37 @@ int main(int argc, char** argv) {
   report(absl::StrFormat("pp%d", prompt), pp_rates);
   report(absl::StrFormat("tg%d", gen), tg_rates);
   if (json) std::printf("%s\n", out.dump(2).c_str());
+  if (calibrate) {
+    // Batched decode at 8 sequences for the scheduler's sharing model.
+    const int batch = 8;
+    std::vector<hetero::SequenceId> seqs;
+    std::vector<int32_t> tokens(batch, 1);
+    std::vector<float> batch_logits(static_cast<size_t>(batch) * V);
+    for (int i = 0; i < batch; ++i) seqs.push_back(*b.NewSequence());
+    const auto start = std::chrono::steady_clock::now();
+    const int steps = std::max(8, gen / 4);
+    for (int i = 0; i < steps; ++i) {
+      absl::Status s = b.Decode(seqs, tokens, absl::MakeSpan(batch_logits));
+      if (!s.ok()) return Fail(std::string(s.message()));
+    }
+    const double batched = batch * steps / Seconds(start, std::chrono::steady_clock::now());
+    for (auto s : seqs) b.FreeSequence(s);
+    hetero::Calibration c;
+    c.machine = info.name;
+    const std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+    c.date = date;
+    hetero::DeviceCosts cpu = hetero::DefaultCosts(hetero::Device::kCpu);  // power: no meter yet, defaults
+    cpu.prefill_tokens_per_s = pp_rates.empty() ? cpu.prefill_tokens_per_s : Summarize(pp_rates).median;
+    cpu.decode_tokens_per_s = tg_rates.empty() ? cpu.decode_tokens_per_s : Summarize(tg_rates).median;
+    cpu.batched_decode_tokens_per_s = batched;
+    c.devices.emplace_back(hetero::Device::kCpu, cpu);
+    absl::Status saved = hetero::SaveCalibration(c, profile_path);
+    if (!saved.ok()) return Fail(std::string(saved.message()));
+    std::fprintf(stderr, "calibration written to %s (cpu: prefill %.0f, decode %.0f, batched-8 decode %.0f tok/s; power "
+                         "figures are defaults until energy meters exist; no GPU measured)\n",
+                 profile_path.c_str(), cpu.prefill_tokens_per_s, cpu.decode_tokens_per_s, batched);
+  }
   return 0;
 }

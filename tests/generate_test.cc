@@ -41,6 +41,11 @@ class ScriptedBackend : public Backend {
     Next(logits);
     return absl::OkStatus();
   }
+  absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override {
+    for (const SequenceChunk& c : chunks) length_ += static_cast<int>(c.tokens.size());
+    Next(logits);
+    return absl::OkStatus();
+  }
   int live() const { return live_; }
 
  private:

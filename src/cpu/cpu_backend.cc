@@ -320,18 +320,8 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
 
 absl::Status CpuBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
   if (tokens.empty()) return absl::InvalidArgumentError("Prefill needs at least one token");
-  if (logits.size() < static_cast<size_t>(config_.n_vocab)) {
-    return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ", config_.n_vocab));
-  }
-  MutexLock lock(&mutex_);
-  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
-  std::vector<Row> rows;
-  rows.reserve(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) rows.push_back({seq, static_cast<int32_t>(length + i), tokens[i]});
-  HETERO_RETURN_IF_ERROR(ReserveRows(rows));
-  absl::Status s = Forward(rows, {static_cast<int>(rows.size()) - 1}, logits.data());
-  if (!s.ok()) kv_.Truncate(seq, length).IgnoreError();  // drop what a failed step reserved
-  return s;
+  const SequenceChunk chunk{seq, tokens};
+  return Step({&chunk, 1}, logits);
 }
 
 absl::Status CpuBackend::PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
@@ -355,27 +345,42 @@ absl::Status CpuBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<co
   if (seqs.size() != tokens.size() || seqs.empty()) {
     return absl::InvalidArgumentError("Decode needs one token per sequence and at least one sequence");
   }
-  if (logits.size() < seqs.size() * config_.n_vocab) {
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
+  return Step(chunks, logits);
+}
+
+absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) {
+  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
+  if (logits.size() < chunks.size() * config_.n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
-                                                   seqs.size() * config_.n_vocab));
+                                                   chunks.size() * config_.n_vocab));
   }
   MutexLock lock(&mutex_);
   std::vector<Row> rows;
-  std::vector<int> all;
+  std::vector<int> last_rows;
   std::vector<int> lengths;
-  for (size_t i = 0; i < seqs.size(); ++i) {
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " has no tokens"));
     for (size_t j = 0; j < i; ++j) {
-      if (seqs[j] == seqs[i]) return absl::InvalidArgumentError(absl::StrCat("sequence ", seqs[i], " appears twice"));
+      if (chunks[j].seq == chunks[i].seq) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", chunks[i].seq, " appears twice"));
+      }
     }
-    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seqs[i]));
+    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(chunks[i].seq));
     lengths.push_back(length);
-    rows.push_back({seqs[i], length, tokens[i]});
-    all.push_back(static_cast<int>(i));
+    for (size_t t = 0; t < chunks[i].tokens.size(); ++t) {
+      rows.push_back({chunks[i].seq, static_cast<int32_t>(length + t), chunks[i].tokens[t]});
+    }
+    last_rows.push_back(static_cast<int>(rows.size()) - 1);
   }
   absl::Status s = ReserveRows(rows);
-  if (s.ok()) s = Forward(rows, all, logits.data());
+  ws_.scratch.decode = rows.size() == chunks.size();  // one token per sequence
+  if (s.ok()) s = Forward(rows, last_rows, logits.data());
+  ws_.scratch.decode = false;
   if (!s.ok()) {
-    for (size_t i = 0; i < seqs.size(); ++i) kv_.Truncate(seqs[i], lengths[i]).IgnoreError();
+    for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i]).IgnoreError();
   }
   return s;
 }

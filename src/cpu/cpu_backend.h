@@ -61,6 +61,7 @@ class CpuBackend : public Backend {
   absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
   absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                       absl::Span<float> logits) override;
+  absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override;
 
   // Logits for every position of `tokens` appended to `seq` (tests: compare decode with
   // recompute). `logits` holds tokens.size() x vocab_size floats.

@@ -79,7 +79,7 @@ class QuantLinear : public Linear {
         bf16_primitive_(std::move(bf16_primitive)) {}
 
   absl::Status Forward(const float* x, int m, float* y, LinearScratch& scratch) const override {
-    if (m < bf16_min_rows_) {
+    if (m < bf16_min_rows_ || scratch.decode) {
       scratch.activations.Quantize(x, m, k_, k_);
       QuantMatmul(weights_, scratch.activations, y, n_);
       return absl::OkStatus();
@@ -104,7 +104,7 @@ class QuantLinear : public Linear {
       return DnnlError(e, "memory");
     }
   }
-  size_t resident_bytes() const override { return weights_.block_sums_128.size() * sizeof(float); }
+  size_t resident_bytes() const override { return weights_.offsets.size() * sizeof(float); }
   std::string Describe() const override {
     return absl::StrCat("native ", TensorTypeName(weights_.type), " (bf16 oneDNN from ", bf16_min_rows_, " rows)");
   }

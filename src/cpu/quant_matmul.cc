@@ -42,14 +42,25 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   w.k = k;
   w.blocks = blocks;
   w.row_bytes = static_cast<size_t>(k / kBlock) * GetTensorTypeTraits(type).type_size;
-  if (type == TensorType::kQ8_0) {
-    const size_t nb = static_cast<size_t>(n) * (k / kBlock);
-    w.block_sums_128.resize(nb);
-    for (size_t b = 0; b < nb; ++b) {
-      const auto* q = reinterpret_cast<const int8_t*>(blocks + b * 34 + 2);
-      int sum = 0;
-      for (int i = 0; i < kBlock; ++i) sum += q[i];
-      w.block_sums_128[b] = 128.0f * static_cast<float>(sum);
+  const size_t nb = static_cast<size_t>(n) * (k / kBlock);
+  const size_t bytes = GetTensorTypeTraits(type).type_size;
+  w.offsets.resize(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = blocks + b * bytes;
+    switch (type) {
+      case TensorType::kQ4_0:
+        w.offsets[b] = -8.0f * Half(blk);
+        break;
+      case TensorType::kQ4_1:
+        w.offsets[b] = Half(blk + 2);
+        break;
+      default: {  // Q8_0
+        const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+        int sum = 0;
+        for (int i = 0; i < kBlock; ++i) sum += q[i];
+        w.offsets[b] = -128.0f * static_cast<float>(sum) * Half(blk);
+        break;
+      }
     }
   }
   return w;
@@ -65,6 +76,8 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   d_sum.resize(n / kBlock);
   if (HaveAvx512Vnni()) {
     internal::QuantizeRowsAvx512(x, rows, cols, ld, *this);
+    d_lanes.resize(n / kBlock * 8);
+    for (size_t b = 0; b < n / kBlock; ++b) std::fill_n(d_lanes.data() + b * 8, 8, d[b]);
   } else {
     internal::QuantizeRowsPortable(x, rows, cols, ld, *this);
   }
@@ -98,36 +111,24 @@ void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedA
 float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
   const int nb = w.k / kBlock;
   const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
-  const int8_t* aq = a.q.data() + static_cast<size_t>(m) * a.cols;
   const float* ad = a.d.data() + static_cast<size_t>(m) * nb;
   const float* ads = a.d_sum.data() + static_cast<size_t>(m) * nb;
+  const float* offsets = w.offsets.data() + static_cast<size_t>(row) * nb;
   float sum = 0.0f;
   for (int b = 0; b < nb; ++b) {
-    const int8_t* qa = aq + b * kBlock;
     int dot = 0;
-    switch (w.type) {
-      case TensorType::kQ4_0:
-      case TensorType::kQ4_1: {
-        const uint8_t* blk = wrow + b * (w.type == TensorType::kQ4_0 ? 18 : 20);
-        const uint8_t* qs = blk + (w.type == TensorType::kQ4_0 ? 2 : 4);
-        for (int j = 0; j < 16; ++j) dot += (qs[j] & 0x0F) * qa[j] + (qs[j] >> 4) * qa[j + 16];
-        const float dw = Half(blk);
-        if (w.type == TensorType::kQ4_0) {
-          sum += dw * ad[b] * static_cast<float>(dot) - 8.0f * dw * ads[b];
-        } else {
-          sum += dw * ad[b] * static_cast<float>(dot) + Half(blk + 2) * ads[b];
-        }
-        break;
-      }
-      case TensorType::kQ8_0: {
-        const uint8_t* blk = wrow + b * 34;
-        const auto* qw = reinterpret_cast<const int8_t*>(blk + 2);
-        for (int j = 0; j < kBlock; ++j) dot += qw[j] * qa[j];
-        sum += Half(blk) * ad[b] * static_cast<float>(dot);
-        break;
-      }
-      default:
-        break;
+    if (w.type == TensorType::kQ8_0) {
+      const uint8_t* blk = wrow + b * 34;
+      const auto* qw = reinterpret_cast<const int8_t*>(blk + 2);
+      const uint8_t* qa = a.q_biased.data() + static_cast<size_t>(m) * a.cols + b * kBlock;
+      for (int j = 0; j < kBlock; ++j) dot += qw[j] * qa[j];
+      sum += Half(blk) * ad[b] * static_cast<float>(dot) + offsets[b] * ad[b];
+    } else {
+      const int8_t* qa = a.q.data() + static_cast<size_t>(m) * a.cols + b * kBlock;
+      const uint8_t* blk = wrow + b * (w.type == TensorType::kQ4_0 ? 18 : 20);
+      const uint8_t* qs = blk + (w.type == TensorType::kQ4_0 ? 2 : 4);
+      for (int j = 0; j < 16; ++j) dot += (qs[j] & 0x0F) * qa[j] + (qs[j] >> 4) * qa[j + 16];
+      sum += Half(blk) * ad[b] * static_cast<float>(dot) + offsets[b] * ads[b];
     }
   }
   return sum;

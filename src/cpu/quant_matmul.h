@@ -21,6 +21,9 @@ struct QuantizedActivations {
   std::vector<uint8_t> q_biased;  // q + 128, the unsigned operand for signed (Q8_0) weights
   std::vector<float> d;         // rows * cols / 32
   std::vector<float> d_sum;     // d[b] * sum(q of block b): the terms weight offsets multiply
+  // d repeated over 8 lanes per block, so the SIMD kernels load a block pair's scales as
+  // one vector: rows * cols / 32 * 8 floats.
+  std::vector<float> d_lanes;
 
   // Quantizes `rows` rows of `cols` floats (row stride `ld`). Reuses capacity.
   void Quantize(const float* x, int rows, int cols, int ld);
@@ -34,7 +37,9 @@ struct QuantizedWeights {
   int k = 0;
   const uint8_t* blocks = nullptr;     // n * row_bytes, usually inside the mapped file
   size_t row_bytes = 0;
-  std::vector<float> block_sums_128;   // Q8_0: 128 * sum of each block's int8 weights
+  // Per block, the weight offset that multiplies the activations' block sum: Q4_0's -8 d,
+  // Q4_1's minimum, Q8_0's -128 d sum(q) (its activations are biased by 128). n * k / 32.
+  std::vector<float> offsets;
 
   static bool Supports(TensorType type);
   // Prepares a view of file blocks (and Q8_0's block sums).
@@ -59,9 +64,6 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
 // AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
 void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
 float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
-// Blocks [first_block, end_block) of the same dot product.
-float QuantDotAvx512Blocks(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m, int first_block,
-                           int end_block);
 // y[m * ldy + row] for every activation row m: weight row `row` against all of them.
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
 void DequantizeRowsToBf16Portable(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);

@@ -74,148 +74,92 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
   }
 }
 
-float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
-  return QuantDotAvx512Blocks(w, row, a, m, 0, w.k / kBlock);
-}
-
-float QuantDotAvx512Blocks(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m, int first_block,
-                           int nb) {
-  const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
-  const int row_blocks = w.k / kBlock;
-  const float* ad = a.d.data() + static_cast<size_t>(m) * row_blocks;
-  const float* ads = a.d_sum.data() + static_cast<size_t>(m) * row_blocks;
-  __m512 acc = _mm512_setzero_ps();
-  float offset = 0.0f;  // weight offsets (Q4_0's -8, Q4_1's minimum) times block sums
-  int b = first_block;
-  switch (w.type) {
-    case TensorType::kQ4_0:
-    case TensorType::kQ4_1: {
-      const bool q41 = w.type == TensorType::kQ4_1;
-      const int bytes = q41 ? 20 : 18;
-      const int qs_at = q41 ? 4 : 2;
-      const int8_t* aq = a.q.data() + static_cast<size_t>(m) * a.cols;
-      for (; b + 1 < nb; b += 2) {
-        const uint8_t* b0 = wrow + b * bytes;
-        const uint8_t* b1 = b0 + bytes;
-        const __m512i wq = UnpackTwoQ4(b0 + qs_at, b1 + qs_at);
-        const __m512i aqv = _mm512_loadu_si512(aq + b * kBlock);
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, aqv);
-        const float d0 = Half(b0), d1 = Half(b1);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), TwoScales(d0 * ad[b], d1 * ad[b + 1]), acc);
-        offset += q41 ? Half(b0 + 2) * ads[b] + Half(b1 + 2) * ads[b + 1] : -8.0f * (d0 * ads[b] + d1 * ads[b + 1]);
-      }
-      if (b < nb) {
-        const uint8_t* b0 = wrow + b * bytes;
-        const __m256i wq = UnpackOneQ4(b0 + qs_at);
-        const __m256i aqv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(aq + b * kBlock));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, aqv);
-        const float d0 = Half(b0);
-        acc = _mm512_add_ps(acc, _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(d0 * ad[b]))));
-        offset += q41 ? Half(b0 + 2) * ads[b] : -8.0f * d0 * ads[b];
-      }
-      break;
-    }
-    case TensorType::kQ8_0: {
-      const uint8_t* au = a.q_biased.data() + static_cast<size_t>(m) * a.cols;
-      const float* sums = w.block_sums_128.data() + static_cast<size_t>(row) * row_blocks;
-      for (; b + 1 < nb; b += 2) {
-        const uint8_t* b0 = wrow + b * 34;
-        const uint8_t* b1 = b0 + 34;
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
-        const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
-        const __m512i aqv = _mm512_loadu_si512(au + b * kBlock);
-        // sum((q_a + 128) * q_w) = sum(q_a * q_w) + 128 * sum(q_w)
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aqv, wq);
-        const float s0 = Half(b0) * ad[b], s1 = Half(b1) * ad[b + 1];
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), TwoScales(s0, s1), acc);
-        offset -= s0 * sums[b] + s1 * sums[b + 1];
-      }
-      if (b < nb) {
-        const uint8_t* b0 = wrow + b * 34;
-        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-        const __m256i aqv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(au + b * kBlock));
-        const __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aqv, w0);
-        const float s0 = Half(b0) * ad[b];
-        acc = _mm512_add_ps(acc, _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s0))));
-        offset -= s0 * sums[b];
-      }
-      break;
-    }
-    default:
-      break;
-  }
-  return _mm512_reduce_add_ps(acc) + offset;
-}
-
 namespace {
 
 // One weight row against R activation rows: each weight block pair is unpacked once and
-// meets all R rows while in registers (decode batches several sequences this way).
+// meets all R rows while in registers; per row and block pair, one vpdpbusd, a convert, a
+// multiply and an add. The weight offsets are a separate short dot product per row. The
+// arithmetic of a row does not depend on R, so batching never changes a sequence's logits.
 template <int R>
 void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m0, float* out, int ldo) {
   const int nb = w.k / kBlock;
   const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
+  const bool q8 = w.type == TensorType::kQ8_0;
+  const bool q41 = w.type == TensorType::kQ4_1;
+  const int bytes = q8 ? 34 : (q41 ? 20 : 18);
+  const int qs_at = q8 ? 2 : (q41 ? 4 : 2);
   __m512 acc[R];
-  float offset[R];
-  const float* ad[R];
-  const float* ads[R];
+  const float* d_lanes[R];
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm512_setzero_ps();
-    offset[r] = 0.0f;
-    ad[r] = a.d.data() + static_cast<size_t>(m0 + r) * nb;
-    ads[r] = a.d_sum.data() + static_cast<size_t>(m0 + r) * nb;
+    d_lanes[r] = a.d_lanes.data() + static_cast<size_t>(m0 + r) * nb * 8;
   }
   int b = 0;
-  if (w.type == TensorType::kQ8_0) {
-    const float* sums = w.block_sums_128.data() + static_cast<size_t>(row) * nb;
-    for (; b + 1 < nb; b += 2) {
-      const uint8_t* b0 = wrow + b * 34;
-      const uint8_t* b1 = b0 + 34;
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2));
-      const __m512i wq = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
-      const float d0 = Half(b0), d1 = Half(b1);
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* au = a.q_biased.data() + static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(au), wq);
-        const float s0 = d0 * ad[r][b], s1 = d1 * ad[r][b + 1];
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), TwoScales(s0, s1), acc[r]);
-        offset[r] -= s0 * sums[b] + s1 * sums[b + 1];
-      }
+  for (; b + 1 < nb; b += 2) {
+    const uint8_t* b0 = wrow + b * bytes;
+    const uint8_t* b1 = b0 + bytes;
+    __m512i wq;
+    if (q8) {
+      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + qs_at));
+      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + qs_at));
+      wq = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    } else {
+      wq = UnpackTwoQ4(b0 + qs_at, b1 + qs_at);
     }
-  } else {
-    const bool q41 = w.type == TensorType::kQ4_1;
-    const int bytes = q41 ? 20 : 18;
-    const int qs_at = q41 ? 4 : 2;
-    for (; b + 1 < nb; b += 2) {
-      const uint8_t* b0 = wrow + b * bytes;
-      const uint8_t* b1 = b0 + bytes;
-      const __m512i wq = UnpackTwoQ4(b0 + qs_at, b1 + qs_at);
-      const float d0 = Half(b0), d1 = Half(b1);
-      const float m0v = q41 ? Half(b0 + 2) : -8.0f * d0;
-      const float m1v = q41 ? Half(b1 + 2) : -8.0f * d1;
-      for (int r = 0; r < R; ++r) {
-        const int8_t* aq = a.q.data() + static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, _mm512_loadu_si512(aq));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), TwoScales(d0 * ad[r][b], d1 * ad[r][b + 1]), acc[r]);
-        offset[r] += m0v * ads[r][b] + m1v * ads[r][b + 1];
-      }
+    const __m512 dw = TwoScales(Half(b0), Half(b1));
+    for (int r = 0; r < R; ++r) {
+      const size_t at = static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
+      // Unsigned operand first: Q4 weights are unsigned; Q8_0 pairs signed weights with the
+      // activations biased by 128.
+      const __m512i dot = q8 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(a.q_biased.data() + at), wq)
+                             : _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, _mm512_loadu_si512(a.q.data() + at));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_loadu_ps(d_lanes[r] + b * 8)), acc[r]);
     }
   }
+  if (b < nb) {  // an odd last block
+    const uint8_t* b0 = wrow + b * bytes;
+    const __m256i wq = q8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + qs_at)) : UnpackOneQ4(b0 + qs_at);
+    const float d0 = Half(b0);
+    for (int r = 0; r < R; ++r) {
+      const size_t at = static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
+      const __m256i dot =
+          q8 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q_biased.data() + at)), wq)
+             : _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + at)));
+      const float s = d0 * a.d[static_cast<size_t>(m0 + r) * nb + b];
+      acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s))));
+    }
+  }
+  // Offsets: sum over blocks of offset[b] times the activation block's sum (Q4) or scale (Q8).
+  const float* offsets = w.offsets.data() + static_cast<size_t>(row) * nb;
   for (int r = 0; r < R; ++r) {
-    float tail = 0.0f;
-    if (b < nb) tail = QuantDotAvx512Blocks(w, row, a, m0 + r, b, nb);
-    out[static_cast<size_t>(r) * ldo] = _mm512_reduce_add_ps(acc[r]) + offset[r] + tail;
+    const float* act = (q8 ? a.d.data() : a.d_sum.data()) + static_cast<size_t>(m0 + r) * nb;
+    __m512 off = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= nb; i += 16) off = _mm512_fmadd_ps(_mm512_loadu_ps(offsets + i), _mm512_loadu_ps(act + i), off);
+    if (i < nb) {
+      const __mmask16 mask = static_cast<__mmask16>((1u << (nb - i)) - 1);
+      off = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, offsets + i), _mm512_maskz_loadu_ps(mask, act + i), off);
+    }
+    out[static_cast<size_t>(r) * ldo] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(off);
   }
 }
 
 }  // namespace
 
+float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
+  float out;
+  QuantRowTile<1>(w, row, a, m, &out, 0);
+  return out;
+}
+
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy) {
   int m = 0;
-  for (; m + 4 <= a.rows; m += 4) QuantRowTile<4>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy);
+  for (; m + 8 <= a.rows; m += 8) QuantRowTile<8>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy);
   switch (a.rows - m) {
+    case 7: QuantRowTile<7>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    case 6: QuantRowTile<6>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    case 5: QuantRowTile<5>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    case 4: QuantRowTile<4>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
     case 3: QuantRowTile<3>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
     case 2: QuantRowTile<2>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
     case 1: QuantRowTile<1>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;

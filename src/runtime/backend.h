@@ -35,6 +35,12 @@ struct SavedSequence {
   std::vector<float> data;
 };
 
+// Tokens to append to one sequence in a batched step.
+struct SequenceChunk {
+  SequenceId seq;
+  absl::Span<const int32_t> tokens;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -70,6 +76,12 @@ class Backend {
   // next-token logits into row i of `logits` (seqs.size() x vocab_size).
   virtual absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                               absl::Span<float> logits) = 0;
+
+  // Prompt chunks and decode tokens of several sequences in one pass through the weights
+  // (continuous batching): appends each chunk to its sequence (distinct sequences) and
+  // writes the logits after each chunk's last token into row i. On failure no sequence
+  // changes.
+  virtual absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) = 0;
 };
 
 }  // namespace hetero

@@ -10,20 +10,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "hetero/sampling.h"
 
 namespace hetero {
 
-struct SamplingParams {
-  float temperature = 0.0f;          // 0: greedy (highest logit, lowest id on ties)
-  int top_k = 0;                     // keep the k most likely tokens; 0: all
-  float top_p = 1.0f;                // keep the smallest set with this probability mass
-  float min_p = 0.0f;                // drop tokens below min_p x the top probability
-  float repetition_penalty = 1.0f;   // > 1: divide positive (multiply negative) logits of seen tokens
-  float frequency_penalty = 0.0f;    // subtract per occurrence in the window
-  float presence_penalty = 0.0f;     // subtract once for any occurrence in the window
-  int penalty_window = 64;           // most recent tokens the penalties look at
-  uint64_t seed = 0;
-};
 
 class Sampler {
  public:

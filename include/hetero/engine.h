@@ -1,0 +1,157 @@
+// The engine: one model, its backends (the CPU; the GPU when present), one scheduler, a
+// worker per device that batches the decode steps of every session placed on it
+// (continuous batching), and sessions, each one conversation with its own KV cache.
+//
+//   auto engine = hetero::Engine::Create("model.gguf");
+//   auto session = (*engine)->NewSession("You are terse.");
+//   auto result = (*session)->Run("What is the capital of France?");
+//   // result->text, result->report.stages (stage, device, times, tokens)
+//
+// A task passes through the stages Understand (template, tokenize, prefill, reusing the
+// KV of earlier turns), Generate (decode), and, when the model calls a tool and the caller
+// handles it, ToolCall (the KV policy chosen by the scheduler, the tool, then Understand of
+// the result). Sessions may run concurrently from different threads.
+#ifndef HETERO_ENGINE_H_
+#define HETERO_ENGINE_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hetero/chat.h"
+#include "hetero/export.h"
+#include "hetero/sampling.h"
+#include "hetero/scheduler.h"
+
+namespace hetero {
+
+struct EngineOptions {
+  int threads = 0;                               // CPU threads; 0: every logical CPU
+  std::string scheduler = "seed";                // a built-in policy (see MakeScheduler)
+  std::shared_ptr<Scheduler> custom_scheduler;   // used instead of `scheduler` when set
+  std::string calibration_profile;               // `hetero-bench --calibrate` output; empty:
+                                                 // $HETERO_PROFILE, else default costs
+  int max_queued_tasks = 64;                     // more waiting tasks: Run answers Unavailable
+  int max_batch = 16;                            // decode steps batched together per device
+  int max_sessions = 64;
+  int kv_capacity_tokens = 0;                    // per device; 0: 4 x the context length
+  std::string cpu_precision = "auto";            // "auto", "f32" or "bf16"
+  std::string chat_format;                       // empty: the model's template; else a
+                                                 // family name (see ParseChatFormat)
+};
+
+struct StageReport {
+  Stage stage = Stage::kUnderstand;
+  Device device = Device::kCpu;
+  double start_ms = 0;   // from the start of the task
+  double end_ms = 0;
+  int tokens_in = 0;     // prompt tokens encoded (Understand), fed (Generate)
+  int tokens_out = 0;    // tokens generated (Generate)
+  KvPolicy kv_policy = KvPolicy::kKeep;  // ToolCall
+  std::string reason;    // the scheduler's
+  double joules = -1;    // not measured yet (energy meters: a later issue)
+};
+
+struct TaskReport {
+  std::vector<StageReport> stages;
+  int prompt_tokens = 0;         // the whole conversation, last Understand
+  int reused_prompt_tokens = 0;  // of those, already in the session's KV cache
+  int generated_tokens = 0;      // over all Generate stages
+  double time_to_first_token_ms = 0;
+  double total_ms = 0;
+  std::string stop_reason;       // of the last Generate
+};
+
+struct RunResult {
+  std::string text;  // the final assistant reply
+  TaskReport report;
+};
+
+// A caller's tool support: whether a reply is a tool call, and running it (returning the
+// messages, usually role "tool", to append). The tool-calling layer builds on this.
+struct ToolHandler {
+  std::function<bool(const std::string& reply)> is_tool_call;
+  std::function<absl::StatusOr<std::vector<ChatMessage>>(const std::string& reply)> run;
+  double expected_seconds = 1.0;  // a hint for the scheduler's KV policy
+};
+
+struct RunOptions {
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::chrono::milliseconds timeout{0};  // deadline for the whole task; 0: none
+  double latency_target_seconds = 0;     // for the `cost` policy; 0: none
+  // Text as it is generated (on an engine thread); return false to cancel the task.
+  std::function<bool(std::string_view piece)> on_text;
+  ToolHandler tools;                     // unset: replies are final
+  int max_tool_rounds = 4;
+  bool ignore_end_of_generation = false; // benchmarks: always generate max_tokens
+};
+
+struct EngineStats {
+  int sessions = 0;
+  int queued_tasks = 0;
+  int active_tasks = 0;
+  int64_t kv_used_tokens = 0;      // all devices
+  int64_t kv_capacity_tokens = 0;
+};
+
+class Engine;
+
+class HETERO_EXPORT Session {
+ public:
+  ~Session();  // cancels a Run in progress and releases the session's KV cache
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Appends `user_message`, runs the task to its final reply, appends that reply. One Run
+  // at a time per session (FailedPrecondition otherwise); Unavailable when the engine's
+  // queue is full; Cancelled after Cancel() or on_text returning false; DeadlineExceeded
+  // past the timeout. A failed Run leaves the conversation as it was.
+  absl::StatusOr<RunResult> Run(const std::string& user_message, const RunOptions& options = {});
+
+  // Ends the Run in progress (from any thread); its KV cache is released.
+  void Cancel();
+
+  // The conversation so far (do not call during a Run).
+  std::vector<ChatMessage> messages() const;
+  // Tokens this session holds in a KV cache (0 after release or eviction).
+  int kv_tokens() const;
+
+  struct State;
+
+ private:
+  friend class Engine;
+  explicit Session(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+class HETERO_EXPORT Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const std::string& model_path,
+                                                        const EngineOptions& options = {});
+  ~Engine();  // sessions still alive keep the engine's model and workers alive
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  absl::StatusOr<std::unique_ptr<Session>> NewSession(const std::string& system_prompt = "");
+
+  EngineStats stats() const;
+  std::string scheduler_name() const;
+  // One line per device: available or why not, and the costs the scheduler uses.
+  std::string DescribeDevices() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // sessions share it, so it outlives the last of them
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_ENGINE_H_

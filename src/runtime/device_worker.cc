@@ -1,0 +1,311 @@
+#include "src/runtime/device_worker.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace hetero {
+namespace {
+
+// Prompt tokens encoded per worker step: long prompts alternate with the decode steps of
+// other sessions instead of stalling them.
+constexpr size_t kPrefillChunk = 256;
+
+size_t PendingStopPrefix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t longest = 0;
+  for (const std::string& stop : stops) {
+    for (size_t len = std::min(stop.size() - 1, text.size()); len > longest; --len) {
+      if (text.compare(text.size() - len, len, stop, 0, len) == 0) {
+        longest = len;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+}  // namespace
+
+DeviceWorker::DeviceWorker(Backend& backend, const Tokenizer& tokenizer, int max_queued, int max_batch,
+                           std::function<int(int)> evict)
+    : backend_(backend), tokenizer_(tokenizer), max_queued_(max_queued), max_batch_(max_batch), evict_(std::move(evict)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+DeviceWorker::~DeviceWorker() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+absl::Status DeviceWorker::Submit(std::shared_ptr<GenerationJob> job) {
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return absl::CancelledError("engine is shutting down");
+    if (static_cast<int>(queue_.size()) >= max_queued_) {
+      return absl::UnavailableError(absl::StrCat("engine busy: ", queue_.size(), " tasks already wait for this device"));
+    }
+    job->submitted = Clock::now();
+    job->detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_, /*skip_special=*/true);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void DeviceWorker::Wait(const std::shared_ptr<GenerationJob>& job) {
+  MutexLock lock(&mu_);
+  Await(done_cv_, mu_, [&] { return job->done; });
+}
+
+void DeviceWorker::Poke() { cv_.notify_all(); }
+
+int DeviceWorker::queued() const {
+  MutexLock lock(&mu_);
+  return static_cast<int>(queue_.size());
+}
+
+int DeviceWorker::active() const {
+  MutexLock lock(&mu_);
+  return static_cast<int>(prefilling_.size() + active_.size());
+}
+
+bool DeviceWorker::Expired(GenerationJob& job, Clock::time_point now) {
+  if (job.cancelled != nullptr && job.cancelled->load()) {
+    job.status = absl::CancelledError("task cancelled");
+    job.stop_reason = "cancelled";
+    return true;
+  }
+  if (job.deadline.has_value() && now >= *job.deadline) {
+    job.status = absl::DeadlineExceededError("task deadline passed");
+    job.stop_reason = "deadline";
+    return true;
+  }
+  return false;
+}
+
+bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
+  const int32_t token = job.sampler->Sample(logits, job.history);
+  if (job.generated.empty() && job.first_token == Clock::time_point{}) job.first_token = Clock::now();
+  if (!job.ignore_end_of_generation && tokenizer_.IsEndOfGeneration(token)) {
+    job.stop_reason = "end_of_generation";
+    return true;
+  }
+  job.generated.push_back(token);
+  job.history.push_back(token);
+  absl::StatusOr<std::string> piece = job.detokenizer->Push(token);
+  if (!piece.ok()) {
+    job.status = piece.status();
+    return true;
+  }
+  job.text += *piece;
+  for (const std::string& stop : job.stop_strings) {
+    const size_t new_start = job.text.size() - piece->size();
+    const size_t from = new_start >= stop.size() ? new_start - stop.size() + 1 : 0;
+    const size_t at = job.text.find(stop, from);
+    if (at != std::string::npos) {
+      job.text.resize(at);
+      job.stop_reason = "stop_string";
+    }
+  }
+  const size_t final_end =
+      job.stop_reason == "stop_string" ? job.text.size() : job.text.size() - PendingStopPrefix(job.text, job.stop_strings);
+  if (final_end > job.streamed) {
+    const bool go_on = !job.on_text || job.on_text(std::string_view(job.text).substr(job.streamed, final_end - job.streamed));
+    job.streamed = final_end;
+    if (!go_on) {
+      job.status = absl::CancelledError("cancelled by the text callback");
+      job.stop_reason = "cancelled";
+      return true;
+    }
+  }
+  if (job.stop_reason == "stop_string") return true;
+  if (static_cast<int>(job.generated.size()) >= job.max_tokens) {
+    job.stop_reason = "max_tokens";
+    return true;
+  }
+  job.pending_token = token;
+  return false;
+}
+
+void DeviceWorker::Finish(GenerationJob& job) {
+  if (job.status.ok() && job.stop_reason != "stop_string") {
+    const std::string rest = job.detokenizer->Flush();
+    job.text += rest;
+    if (job.on_text && job.text.size() > job.streamed) {
+      job.on_text(std::string_view(job.text).substr(job.streamed));
+      job.streamed = job.text.size();
+    }
+  }
+  job.finished = Clock::now();
+}
+
+void DeviceWorker::Loop() {
+  std::vector<float> logits;
+  for (;;) {
+    std::vector<std::shared_ptr<GenerationJob>> prefills;  // prompt chunks this step
+    std::vector<std::shared_ptr<GenerationJob>> batch;     // one decode token each
+    std::vector<std::shared_ptr<GenerationJob>> finished;
+    {
+      MutexLock lock(&mu_);
+      Await(cv_, mu_, [&] { return stop_ || !queue_.empty() || !prefilling_.empty() || !active_.empty(); });
+      if (stop_) {
+        for (auto* list : {&prefilling_, &active_}) {
+          for (auto& j : *list) finished.push_back(j);
+          list->clear();
+        }
+        for (auto& j : queue_) finished.push_back(j);
+        queue_.clear();
+        for (auto& j : finished) {
+          if (j->status.ok()) j->status = absl::CancelledError("engine is shutting down");
+          j->done = true;
+        }
+        done_cv_.notify_all();
+        return;
+      }
+      const auto now = Clock::now();
+      // Drop jobs cancelled or past their deadline, wherever they are.
+      for (auto* list : {&prefilling_, &active_}) {
+        for (auto it = list->begin(); it != list->end();) {
+          if (Expired(**it, now)) {
+            finished.push_back(*it);
+            it = list->erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (Expired(**it, now)) {
+          finished.push_back(*it);
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      // Admission in arrival order, while the KV cache has room for the next job's
+      // prompt and token budget (tokens already reserved by running jobs count).
+      while (!queue_.empty()) {
+        GenerationJob& head = *queue_.front();
+        int reserved = 0;
+        for (auto* list : {&prefilling_, &active_}) {
+          for (auto& j : *list) {
+            reserved += static_cast<int>(j->prefill_tokens.size() - j->prefilled) + j->max_tokens -
+                        static_cast<int>(j->generated.size());
+          }
+        }
+        const int need = static_cast<int>(head.prefill_tokens.size()) + head.max_tokens;
+        const int free_tokens = backend_.kv_capacity_tokens() - backend_.kv_used_tokens() - reserved;
+        if (need <= free_tokens) {
+          prefilling_.push_back(queue_.front());
+          queue_.pop_front();
+          continue;
+        }
+        if (evict_) {
+          mu_.Unlock();
+          const int freed = evict_(need - free_tokens);
+          mu_.Lock();
+          if (freed > 0) continue;
+        }
+        if (prefilling_.empty() && active_.empty()) {
+          head.status = absl::ResourceExhaustedError(absl::StrCat(
+              "the task needs ", need, " KV tokens (prompt plus max_tokens); the device has ", free_tokens, " free"));
+          finished.push_back(queue_.front());
+          queue_.pop_front();
+          continue;
+        }
+        break;  // wait for running jobs to free memory
+      }
+      // One prompt chunk (its own pass, so a prompt is encoded the same way whatever else
+      // runs), then one batched decode step for every active job.
+      if (!prefilling_.empty()) prefills.push_back(prefilling_.front());
+      for (size_t i = 0; i < active_.size() && static_cast<int>(i) < max_batch_; ++i) batch.push_back(active_[i]);
+    }
+
+    const int V = backend_.vocab_size();
+    std::vector<size_t> chunk_sizes;
+    absl::Status prefill_status = absl::OkStatus();
+    for (auto& j : prefills) {
+      if (j->prefilled == 0) j->prefill_start = Clock::now();
+      const size_t n = std::min(kPrefillChunk, j->prefill_tokens.size() - j->prefilled);
+      chunk_sizes.push_back(n);
+      logits.resize(V);
+      const SequenceChunk chunk{j->seq, absl::MakeConstSpan(j->prefill_tokens.data() + j->prefilled, n)};
+      prefill_status = backend_.Step({&chunk, 1}, absl::MakeSpan(logits));
+    }
+    std::vector<float> prefill_logits;
+    if (!prefills.empty()) prefill_logits = logits;
+    absl::Status step_status = absl::OkStatus();
+    if (!batch.empty()) {
+      std::vector<SequenceChunk> chunks;
+      for (auto& j : batch) chunks.push_back({j->seq, absl::MakeConstSpan(&j->pending_token, 1)});
+      logits.resize(batch.size() * V);
+      step_status = backend_.Step(chunks, absl::MakeSpan(logits));
+    }
+    // Prompt progress; a finished prompt samples its first token.
+    std::vector<bool> prefill_done(prefills.size(), false);
+    for (size_t i = 0; i < prefills.size(); ++i) {
+      GenerationJob& job = *prefills[i];
+      if (!prefill_status.ok()) {
+        job.status = prefill_status;
+        prefill_done[i] = true;
+        continue;
+      }
+      job.prefilled += chunk_sizes[i];
+      job.kv_tokens_appended += static_cast<int>(chunk_sizes[i]);
+      if (job.prefilled < job.prefill_tokens.size()) continue;
+      job.prefill_end = Clock::now();
+      prefill_done[i] = true;
+      if (job.max_tokens == 0) {
+        job.stop_reason = "max_tokens";
+      } else {
+        Step(job, absl::MakeSpan(prefill_logits));  // sets stop_reason when the first token ends it
+      }
+    }
+    // Decode progress.
+    std::vector<bool> batch_finished(batch.size(), false);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      GenerationJob& job = *batch[i];
+      if (!step_status.ok()) {
+        job.status = step_status;
+        batch_finished[i] = true;
+        continue;
+      }
+      job.kv_tokens_appended += 1;
+      batch_finished[i] = Step(job, absl::MakeSpan(logits.data() + i * V, V));
+    }
+    {
+      MutexLock lock(&mu_);
+      for (size_t i = 0; i < prefills.size(); ++i) {
+        if (!prefill_done[i]) continue;
+        prefilling_.erase(std::find(prefilling_.begin(), prefilling_.end(), prefills[i]));
+        const bool ended = !prefills[i]->status.ok() || !prefills[i]->stop_reason.empty();
+        if (ended) {
+          finished.push_back(prefills[i]);
+        } else {
+          active_.push_back(prefills[i]);
+        }
+      }
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (!batch_finished[i]) continue;
+        active_.erase(std::find(active_.begin(), active_.end(), batch[i]));
+        finished.push_back(batch[i]);
+      }
+      // Fairness: jobs that just stepped go to the back when the batch is capped.
+      if (static_cast<int>(active_.size()) > max_batch_) {
+        std::rotate(active_.begin(), active_.begin() + std::min<size_t>(batch.size(), active_.size()), active_.end());
+      }
+    }
+    if (!finished.empty()) {
+      for (auto& j : finished) Finish(*j);
+      MutexLock lock(&mu_);
+      for (auto& j : finished) j->done = true;
+    }
+    if (!finished.empty()) done_cv_.notify_all();
+  }
+}
+
+}  // namespace hetero

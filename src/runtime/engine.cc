@@ -1,0 +1,316 @@
+#include "hetero/engine.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hetero/devices.h"
+#include "hetero/model.h"
+#include "src/cpu/cpu_backend.h"
+#include "src/runtime/log_internal.h"
+#include "src/runtime/stages/stages.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+
+struct Session::State {
+  std::shared_ptr<Engine::Impl> engine;
+  Mutex mu;
+  bool running ABSL_GUARDED_BY(mu) = false;
+  std::vector<ChatMessage> messages ABSL_GUARDED_BY(mu);
+  Clock::time_point last_used ABSL_GUARDED_BY(mu);
+  // Touched by the running task without the lock (running guards it), and by eviction
+  // under the lock when not running.
+  SessionKv kv;
+  std::atomic<bool> cancelled{false};
+};
+
+struct Engine::Impl : public StageServices {
+  EngineOptions options;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer_owned;
+  std::optional<ChatTemplate> chat;
+  std::shared_ptr<Scheduler> scheduler;
+  Calibration calibration;
+  bool calibrated = false;
+  std::unique_ptr<CpuBackend> cpu;
+  std::unique_ptr<DeviceWorker> cpu_worker;
+  std::string gpu_unavailable_reason;
+  std::atomic<uint64_t> next_task{1};
+
+  mutable Mutex mu;
+  std::vector<std::weak_ptr<Session::State>> sessions ABSL_GUARDED_BY(mu);
+  bool gpu_fallback_noticed ABSL_GUARDED_BY(mu) = false;
+
+  ~Impl() override {
+    cpu_worker.reset();  // joins the thread before the backend goes
+  }
+
+  DeviceCosts Costs(Device d) const {
+    for (const auto& [device, costs] : calibration.devices) {
+      if (device == d) return costs;
+    }
+    return DefaultCosts(d);
+  }
+
+  SystemSnapshot Snapshot() const {
+    SystemSnapshot s;
+    DeviceSnapshot c;
+    c.device = Device::kCpu;
+    c.available = true;
+    c.queued_tasks = cpu_worker->queued();
+    c.active_tasks = cpu_worker->active();
+    c.kv_capacity_tokens = cpu->kv_capacity_tokens();
+    c.kv_free_tokens = c.kv_capacity_tokens - cpu->kv_used_tokens();
+    c.kv_bytes_per_token = static_cast<int64_t>(cpu->kv_bytes_per_token());
+    c.costs = Costs(Device::kCpu);
+    s.devices.push_back(c);
+    DeviceSnapshot g;
+    g.device = Device::kGpu;
+    g.available = false;
+    g.unavailable_reason = gpu_unavailable_reason;
+    g.costs = Costs(Device::kGpu);
+    s.devices.push_back(g);
+    s.host_device_gb_per_s = calibration.host_device_gb_per_s;
+    s.calibrated = calibrated;
+    return s;
+  }
+
+  Placement Place(Stage stage, const TaskState& task) override {
+    Placement p = scheduler->Place(stage, task, Snapshot());
+    if (p.device == Device::kGpu) {
+      bool notice = false;
+      {
+        MutexLock lock(&mu);
+        notice = !gpu_fallback_noticed;
+        gpu_fallback_noticed = true;
+      }
+      if (notice) {
+        internal::Log(LogLevel::kWarning, absl::StrCat("scheduler '", scheduler->name(), "' placed ", std::string(StageName(stage)),
+                                                       " on the GPU, which is unavailable (", gpu_unavailable_reason,
+                                                       "); running on the CPU"));
+      }
+      p.device = Device::kCpu;
+      p.reason = absl::StrCat(p.reason, "; gpu unavailable, cpu used");
+      if (p.kv_policy == KvPolicy::kSwapToHost && stage == Stage::kToolCall && task.kv_device == Device::kCpu) {
+        p.kv_policy = KvPolicy::kKeep;
+      }
+    }
+    return p;
+  }
+
+  DeviceWorker& Worker(Device) override { return *cpu_worker; }
+  const ChatTemplate& chat_template() const override { return *chat; }
+  const Tokenizer& tokenizer() const override { return *tokenizer_owned; }
+
+  // Frees the KV of idle sessions, least recently used first, until `needed` tokens are
+  // free or none is left. Runs on a worker thread.
+  int EvictIdle(int needed) {
+    std::vector<std::shared_ptr<Session::State>> idle;
+    {
+      MutexLock lock(&mu);
+      for (auto& weak : sessions) {
+        if (auto s = weak.lock()) idle.push_back(std::move(s));
+      }
+    }
+    std::vector<std::pair<Clock::time_point, std::shared_ptr<Session::State>>> candidates;
+    for (auto& s : idle) {
+      MutexLock lock(&s->mu);
+      if (!s->running && s->kv.seq.has_value()) candidates.emplace_back(s->last_used, s);
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    int freed = 0;
+    for (auto& [when, s] : candidates) {
+      if (freed >= needed) break;
+      MutexLock lock(&s->mu);
+      if (s->running || !s->kv.seq.has_value()) continue;
+      freed += static_cast<int>(s->kv.tokens.size());
+      ReleaseSessionKv(*this, s->kv);
+    }
+    return freed;
+  }
+};
+
+Engine::Engine(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_path, const EngineOptions& options) {
+  if (options.max_queued_tasks < 1 || options.max_batch < 1 || options.max_sessions < 1 || options.threads < 0 ||
+      options.kv_capacity_tokens < 0) {
+    return absl::InvalidArgumentError("engine options: max_queued_tasks, max_batch and max_sessions must be positive, "
+                                      "threads and kv_capacity_tokens non-negative");
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->options = options;
+  HETERO_ASSIGN_OR_RETURN(std::string path, ResolveModelPath(model_path));
+  HETERO_ASSIGN_OR_RETURN(impl->model, Model::Load(path));
+  HETERO_ASSIGN_OR_RETURN(impl->tokenizer_owned, Tokenizer::Create(*impl->model));
+  if (options.chat_format.empty()) {
+    HETERO_ASSIGN_OR_RETURN(ChatTemplate chat, ChatTemplate::FromModel(*impl->model));
+    impl->chat.emplace(std::move(chat));
+  } else {
+    HETERO_ASSIGN_OR_RETURN(ChatFormat format, ParseChatFormat(options.chat_format));
+    impl->chat.emplace(ChatTemplate::ForFormat(format));
+  }
+  if (options.custom_scheduler != nullptr) {
+    impl->scheduler = options.custom_scheduler;
+  } else {
+    HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> s, MakeScheduler(options.scheduler));
+    impl->scheduler = std::move(s);
+  }
+  std::string profile = options.calibration_profile;
+  if (profile.empty()) {
+    if (const char* env = std::getenv("HETERO_PROFILE"); env != nullptr) profile = env;
+  }
+  if (!profile.empty()) {
+    HETERO_ASSIGN_OR_RETURN(impl->calibration, LoadCalibration(profile));
+    impl->calibrated = true;
+  } else {
+    internal::Log(LogLevel::kInfo, "no calibration profile (run `hetero-bench --calibrate`); the scheduler uses "
+                                   "default device costs");
+  }
+
+  CpuBackendOptions cpu;
+  cpu.threads = options.threads > 0 ? options.threads : DefaultCpuThreads();
+  if (options.cpu_precision == "f32") {
+    cpu.precision = CpuPrecision::kF32;
+  } else if (options.cpu_precision == "bf16") {
+    cpu.precision = CpuPrecision::kBf16;
+  } else if (options.cpu_precision != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown cpu_precision '", options.cpu_precision, "'"));
+  }
+  cpu.max_sequences = options.max_sessions;
+  cpu.kv_capacity_tokens =
+      options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * impl->model->config().context_length;
+  HETERO_ASSIGN_OR_RETURN(impl->cpu, CpuBackend::Create(*impl->model, cpu));
+  Impl* raw = impl.get();
+  impl->cpu_worker = std::make_unique<DeviceWorker>(*impl->cpu, *impl->tokenizer_owned, options.max_queued_tasks,
+                                                    options.max_batch, [raw](int tokens) { return raw->EvictIdle(tokens); });
+  const CudaInfo& cuda = QueryDevices().cuda;
+  impl->gpu_unavailable_reason = cuda.available
+                                     ? "a CUDA device is present but the CUDA backend is not built into this version"
+                                     : cuda.notice;
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<Session>> Engine::NewSession(const std::string& system_prompt) {
+  auto state = std::make_shared<Session::State>();
+  state->engine = impl_;
+  {
+    MutexLock lock(&impl_->mu);
+    std::erase_if(impl_->sessions, [](const auto& w) { return w.expired(); });
+    if (static_cast<int>(impl_->sessions.size()) >= impl_->options.max_sessions) {
+      return absl::ResourceExhaustedError(absl::StrCat("engine: ", impl_->sessions.size(), " sessions live, the maximum is ",
+                                                       impl_->options.max_sessions));
+    }
+    impl_->sessions.push_back(state);
+  }
+  {
+    MutexLock lock(&state->mu);
+    if (!system_prompt.empty()) state->messages.push_back(ChatMessage{"system", system_prompt, {}, "", ""});
+    state->last_used = Clock::now();
+  }
+  return std::unique_ptr<Session>(new Session(std::move(state)));
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  {
+    MutexLock lock(&impl_->mu);
+    for (const auto& w : impl_->sessions) s.sessions += w.expired() ? 0 : 1;
+  }
+  s.queued_tasks = impl_->cpu_worker->queued();
+  s.active_tasks = impl_->cpu_worker->active();
+  s.kv_used_tokens = impl_->cpu->kv_used_tokens();
+  s.kv_capacity_tokens = impl_->cpu->kv_capacity_tokens();
+  return s;
+}
+
+std::string Engine::scheduler_name() const { return impl_->scheduler->name(); }
+
+std::string Engine::DescribeDevices() const {
+  const SystemSnapshot snap = impl_->Snapshot();
+  std::string out;
+  for (const DeviceSnapshot& d : snap.devices) {
+    absl::StrAppendFormat(&out, "%s: %s; costs%s: prefill %.0f tok/s, decode %.0f tok/s (batched %.0f), %.0f W active, %.0f W idle\n",
+                          DeviceName(d.device),
+                          d.available ? impl_->cpu->info().name : "unavailable (" + d.unavailable_reason + ")",
+                          snap.calibrated ? "" : " (defaults)", d.costs.prefill_tokens_per_s, d.costs.decode_tokens_per_s,
+                          d.costs.batched_decode_tokens_per_s, d.costs.active_watts, d.costs.idle_watts);
+  }
+  return out;
+}
+
+Session::~Session() {
+  Cancel();
+  State& s = *state_;
+  MutexLock lock(&s.mu);  // a Run in progress holds `running`; wait for it is the caller's job
+  if (!s.running) ReleaseSessionKv(*s.engine, s.kv);
+}
+
+void Session::Cancel() {
+  state_->cancelled = true;
+  state_->engine->cpu_worker->Poke();
+}
+
+std::vector<ChatMessage> Session::messages() const {
+  MutexLock lock(&state_->mu);
+  return state_->messages;
+}
+
+int Session::kv_tokens() const {
+  MutexLock lock(&state_->mu);
+  return state_->kv.seq.has_value() ? static_cast<int>(state_->kv.tokens.size()) : 0;
+}
+
+absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const RunOptions& options) {
+  State& s = *state_;
+  std::vector<ChatMessage> messages;
+  {
+    MutexLock lock(&s.mu);
+    if (s.running) return absl::FailedPreconditionError("a Run is already in progress on this session");
+    s.running = true;
+    s.cancelled = false;
+    messages = s.messages;
+  }
+  messages.push_back(ChatMessage{"user", user_message, {}, "", ""});
+  TaskContext task;
+  task.services = s.engine.get();
+  task.task_id = s.engine->next_task++;
+  task.start = Clock::now();
+  task.options = &options;
+  if (options.timeout.count() > 0) task.deadline = task.start + options.timeout;
+  task.cancelled = &s.cancelled;
+  task.messages = &messages;
+  task.kv = &s.kv;
+
+  absl::Status status;
+  for (int round = 0;; ++round) {
+    status = UnderstandStage().Run(task);
+    if (status.ok()) status = GenerateStage().Run(task);
+    if (!status.ok()) break;
+    const bool tool = options.tools.is_tool_call && options.tools.run && round < options.max_tool_rounds &&
+                      options.tools.is_tool_call(task.reply);
+    if (!tool) {
+      messages.push_back(ChatMessage{"assistant", task.reply, {}, "", ""});
+      break;
+    }
+    status = ToolCallStage().Run(task);
+    if (!status.ok()) break;
+  }
+  task.report.total_ms = task.MsSinceStart(Clock::now());
+
+  MutexLock lock(&s.mu);
+  s.running = false;
+  s.last_used = Clock::now();
+  if (!status.ok()) {
+    // A cancelled, expired or failed task releases its KV memory; the conversation is kept
+    // as it was before this Run.
+    ReleaseSessionKv(*s.engine, s.kv);
+    return status;
+  }
+  s.messages = std::move(messages);
+  return RunResult{task.reply, std::move(task.report)};
+}
+
+}  // namespace hetero

@@ -1,0 +1,58 @@
+#include "src/runtime/stages/stages.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+
+absl::Status GenerateStage::Run(TaskContext& task) {
+  StageServices& services = *task.services;
+  SessionKv& kv = *task.kv;
+  DeviceWorker& worker = services.Worker(kv.device);
+  auto job = std::make_shared<GenerationJob>();
+  job->seq = *kv.seq;
+  job->prefill_tokens.assign(task.prompt_tokens.begin() + task.reused_tokens, task.prompt_tokens.end());
+  job->history = task.prompt_tokens;
+  HETERO_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(task.options->sampling));
+  job->sampler.emplace(std::move(sampler));
+  job->max_tokens = task.options->max_tokens;
+  job->ignore_end_of_generation = task.options->ignore_end_of_generation;
+  job->stop_strings = task.options->stop;
+  job->on_text = task.options->on_text;
+  job->deadline = task.deadline;
+  job->cancelled = task.cancelled;
+  HETERO_RETURN_IF_ERROR(worker.Submit(job));
+  worker.Wait(job);
+
+  // What the KV now holds: the prompt, then every token fed back for decoding.
+  kv.tokens = task.prompt_tokens;
+  const int fed_generated = job->kv_tokens_appended - static_cast<int>(job->prefill_tokens.size());
+  if (fed_generated > 0) kv.tokens.insert(kv.tokens.end(), job->generated.begin(), job->generated.begin() + fed_generated);
+  if (job->kv_tokens_appended < static_cast<int>(job->prefill_tokens.size())) {
+    kv.tokens.resize(task.reused_tokens + job->kv_tokens_appended);  // a prefill that failed part way
+  }
+
+  // Complete the Understand report with the prefill the worker did, then report Generate.
+  StageReport& understand = task.report.stages.back();
+  if (job->prefill_end != Clock::time_point{}) {
+    understand.start_ms = std::min(understand.start_ms, task.MsSinceStart(job->prefill_start));
+    understand.end_ms = task.MsSinceStart(job->prefill_end);
+  }
+  StageReport r;
+  r.stage = Stage::kGenerate;
+  r.device = kv.device;
+  r.reason = task.generate_placement.reason;
+  r.start_ms = job->prefill_end != Clock::time_point{} ? task.MsSinceStart(job->prefill_end) : understand.end_ms;
+  r.end_ms = task.MsSinceStart(job->finished);
+  r.tokens_in = std::max(0, fed_generated);
+  r.tokens_out = static_cast<int>(job->generated.size());
+  task.report.stages.push_back(r);
+  task.report.generated_tokens += r.tokens_out;
+  task.report.stop_reason = job->stop_reason;
+  if (task.report.time_to_first_token_ms == 0 && job->first_token != Clock::time_point{}) {
+    task.report.time_to_first_token_ms = task.MsSinceStart(job->first_token);
+  }
+  if (!job->status.ok()) return job->status;
+  task.reply = job->text;
+  return absl::OkStatus();
+}
+
+}  // namespace hetero

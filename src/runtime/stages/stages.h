@@ -1,0 +1,37 @@
+// The three stages of a task. Each asks the scheduler for its placement and records a
+// StageReport; none picks a device itself.
+//  Understand: render the conversation with the chat template, tokenize, reuse the
+//    longest prefix the session's KV cache already holds, and leave the rest to prefill.
+//  Generate:   prefill the new tokens and decode on the placed device's worker (batched
+//    with other sessions), streaming text.
+//  ToolCall:   apply the scheduler's KV policy (keep, swap to host, discard), run the
+//    caller's tool, append its results; the task then goes back to Understand.
+#ifndef HETERO_RUNTIME_STAGES_STAGES_H_
+#define HETERO_RUNTIME_STAGES_STAGES_H_
+
+#include "absl/status/status.h"
+#include "src/runtime/stages/task_context.h"
+
+namespace hetero {
+
+class UnderstandStage {
+ public:
+  absl::Status Run(TaskContext& task);
+};
+
+class GenerateStage {
+ public:
+  absl::Status Run(TaskContext& task);
+};
+
+class ToolCallStage {
+ public:
+  absl::Status Run(TaskContext& task);
+};
+
+// Releases whatever KV the session holds (after cancellation or errors).
+void ReleaseSessionKv(StageServices& services, SessionKv& kv);
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_STAGES_STAGES_H_

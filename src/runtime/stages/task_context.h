@@ -1,0 +1,66 @@
+// What the stages of one task share: the session's conversation and KV state, the engine's
+// services (scheduler, devices, template, tokenizer), the options and the report.
+#ifndef HETERO_RUNTIME_STAGES_TASK_CONTEXT_H_
+#define HETERO_RUNTIME_STAGES_TASK_CONTEXT_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hetero/chat.h"
+#include "hetero/engine.h"
+#include "hetero/scheduler.h"
+#include "hetero/tokenizer.h"
+#include "src/runtime/backend.h"
+#include "src/runtime/device_worker.h"
+
+namespace hetero {
+
+// The engine services stages call (implemented by the engine).
+class StageServices {
+ public:
+  virtual ~StageServices() = default;
+  // The scheduler's placement, with unavailable devices replaced by the CPU (noticed once).
+  virtual Placement Place(Stage stage, const TaskState& task) = 0;
+  virtual DeviceWorker& Worker(Device device) = 0;
+  virtual const ChatTemplate& chat_template() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+};
+
+// A session's KV state: which backend sequence holds which tokens.
+struct SessionKv {
+  Device device = Device::kCpu;
+  std::optional<SequenceId> seq;         // none: nothing cached
+  std::vector<int32_t> tokens;           // the tokens that sequence holds
+  std::optional<SavedSequence> swapped;  // KV parked in host memory during a tool call
+};
+
+struct TaskContext {
+  StageServices* services = nullptr;
+  uint64_t task_id = 0;
+  Clock::time_point start;
+  const RunOptions* options = nullptr;
+  std::optional<Clock::time_point> deadline;
+  const std::atomic<bool>* cancelled = nullptr;
+  std::vector<ChatMessage>* messages = nullptr;  // the conversation, including the new turn
+  SessionKv* kv = nullptr;
+  TaskReport report;
+
+  // Set by Understand for Generate.
+  std::vector<int32_t> prompt_tokens;
+  size_t reused_tokens = 0;
+  Placement generate_placement;
+  // Set by Generate.
+  std::string reply;
+
+  double MsSinceStart(Clock::time_point t) const {
+    return std::chrono::duration<double, std::milli>(t - start).count();
+  }
+  TaskState State() const;
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_STAGES_TASK_CONTEXT_H_
