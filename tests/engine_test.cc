@@ -1,0 +1,285 @@
+// The engine on the default model: stages and reports, scheduler fallback and custom
+// policies, prefix reuse, continuous batching equal to running alone, tool calls with each
+// KV policy, cancellation, deadlines and backpressure releasing everything they hold.
+// Labelled "concurrency": the ThreadSanitizer build runs these.
+#include <atomic>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/engine.h"
+#include "hetero/model.h"
+#include "tests/support/default_model.h"
+#include "tests/support/status_matchers.h"
+
+namespace hetero {
+namespace {
+
+using ::hetero::testing::StatusIs;
+using ::testing::HasSubstr;
+
+EngineOptions TestOptions() {
+  EngineOptions o;
+  o.threads = 1;  // ctest runs programs in parallel; one OpenMP thread each
+  o.kv_capacity_tokens = 4096;
+  return o;
+}
+
+RunOptions Greedy(int tokens) {
+  RunOptions r;
+  r.max_tokens = tokens;
+  return r;
+}
+
+// A policy that records what it was asked and places everything on the CPU.
+class RecordingScheduler : public Scheduler {
+ public:
+  explicit RecordingScheduler(KvPolicy tool_policy = KvPolicy::kKeep) : tool_policy_(tool_policy) {}
+  std::string name() const override { return "recording"; }
+  Placement Place(Stage stage, const TaskState& task, const SystemSnapshot& system) override {
+    calls[static_cast<int>(stage)]++;
+    last_gpu_available = system.Find(Device::kGpu) != nullptr && system.Find(Device::kGpu)->available;
+    Placement p;
+    p.device = Device::kCpu;
+    p.kv_policy = tool_policy_;
+    p.reason = "recorded";
+    return p;
+  }
+  std::atomic<int> calls[3] = {0, 0, 0};
+  std::atomic<bool> last_gpu_available{true};
+
+ private:
+  KvPolicy tool_policy_;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { HETERO_SKIP_WITHOUT_DEFAULT_MODEL(); }
+  std::unique_ptr<Engine> Make(EngineOptions o = TestOptions()) {
+    auto e = Engine::Create(kDefaultModelPath, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+};
+
+TEST_F(EngineTest, RunsTheStagesAndReportsThem) {
+  auto engine = Make();
+  auto session = engine->NewSession();
+  ASSERT_TRUE(session.ok());
+  auto result = (*session)->Run("What is the capital of France?", Greedy(16));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(result->text, HasSubstr("Paris"));
+  const TaskReport& r = result->report;
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[0].stage, Stage::kUnderstand);
+  EXPECT_EQ(r.stages[1].stage, Stage::kGenerate);
+  // The default policy wants Generate on the GPU; without one the CPU runs it, and says so.
+  EXPECT_EQ(r.stages[1].device, Device::kCpu);
+  EXPECT_THAT(r.stages[1].reason, HasSubstr("gpu unavailable"));
+  EXPECT_GT(r.prompt_tokens, 10);
+  EXPECT_EQ(r.stages[0].tokens_in, r.prompt_tokens);
+  EXPECT_GT(r.generated_tokens, 0);
+  EXPECT_LE(r.stages[0].end_ms, r.stages[1].start_ms + 1e-6);
+  EXPECT_LE(r.stages[1].start_ms, r.stages[1].end_ms);
+  EXPECT_GT(r.time_to_first_token_ms, 0);
+  EXPECT_EQ(r.stop_reason, "end_of_generation");
+  EXPECT_EQ((*session)->messages().size(), 2u);  // user, assistant
+  // The next turn reuses the KV of the first.
+  auto second = (*session)->Run("And of Italy?", Greedy(12));
+  ASSERT_TRUE(second.ok());
+  EXPECT_GT(second->report.reused_prompt_tokens, r.prompt_tokens);
+  EXPECT_LT(second->report.stages[0].tokens_in, 20);
+}
+
+TEST_F(EngineTest, CustomSchedulerIsObeyed) {
+  auto recording = std::make_shared<RecordingScheduler>();
+  EngineOptions o = TestOptions();
+  o.custom_scheduler = recording;
+  auto engine = Make(o);
+  EXPECT_EQ(engine->scheduler_name(), "recording");
+  auto session = engine->NewSession();
+  auto result = (*session)->Run("Hi", Greedy(4));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(recording->calls[0], 1);  // Understand
+  EXPECT_EQ(recording->calls[1], 1);  // Generate
+  EXPECT_FALSE(recording->last_gpu_available);
+  for (const StageReport& s : result->report.stages) EXPECT_EQ(s.reason, "recorded");
+}
+
+TEST_F(EngineTest, BatchedSessionsProduceWhatEachProducesAlone) {
+  const std::vector<std::string> questions = {"Name a fruit.", "What is 2 plus 2?", "Say hello in French.",
+                                              "What color is the sky?", "Name a planet.", "Count to three."};
+  std::vector<std::string> alone;
+  {
+    auto engine = Make();
+    for (const std::string& q : questions) {
+      auto s = engine->NewSession();
+      auto r = (*s)->Run(q, Greedy(20));
+      ASSERT_TRUE(r.ok()) << r.status();
+      alone.push_back(r->text);
+    }
+  }
+  EngineOptions o = TestOptions();
+  o.max_batch = 8;
+  auto engine = Make(o);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (size_t i = 0; i < questions.size(); ++i) sessions.push_back(std::move(*engine->NewSession()));
+  std::vector<std::string> together(questions.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < questions.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto r = sessions[i]->Run(questions[i], Greedy(20));
+      together[i] = r.ok() ? r->text : "error: " + std::string(r.status().message());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(together, alone);
+}
+
+TEST_F(EngineTest, CancellationAndDeadlinesReleaseKvMemory) {
+  auto engine = Make();
+  auto session = engine->NewSession();
+  // Cancelled by the text callback after a few pieces.
+  int pieces = 0;
+  RunOptions cancel = Greedy(64);
+  cancel.ignore_end_of_generation = true;
+  cancel.on_text = [&](std::string_view) { return ++pieces < 3; };
+  EXPECT_THAT((*session)->Run("Tell me a long story.", cancel), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ((*session)->kv_tokens(), 0);
+  EXPECT_EQ(engine->stats().kv_used_tokens, 0);
+  EXPECT_TRUE((*session)->messages().empty()) << "a failed Run leaves the conversation as it was";
+  // Cancelled from another thread.
+  RunOptions slow = Greedy(400);
+  slow.ignore_end_of_generation = true;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    (*session)->Cancel();
+  });
+  EXPECT_THAT((*session)->Run("Tell me a long story.", slow), StatusIs(absl::StatusCode::kCancelled));
+  canceller.join();
+  EXPECT_EQ(engine->stats().kv_used_tokens, 0);
+  // Past its deadline.
+  RunOptions hurried = slow;
+  hurried.timeout = std::chrono::milliseconds(50);
+  EXPECT_THAT((*session)->Run("Tell me a long story.", hurried), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(engine->stats().kv_used_tokens, 0);
+  // The session still works afterwards.
+  EXPECT_TRUE((*session)->Run("Hi", Greedy(4)).ok());
+  EXPECT_GT(engine->stats().kv_used_tokens, 0);
+  session->reset();
+  EXPECT_EQ(engine->stats().kv_used_tokens, 0);
+}
+
+TEST_F(EngineTest, BackpressureAnswersBusyAtTheBound) {
+  EngineOptions o = TestOptions();
+  o.max_queued_tasks = 1;
+  o.max_batch = 1;
+  o.kv_capacity_tokens = 256;  // room for about one task at a time: the rest must queue
+  auto engine = Make(o);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int i = 0; i < 6; ++i) sessions.push_back(std::move(*engine->NewSession()));
+  RunOptions r = Greedy(120);
+  r.ignore_end_of_generation = true;
+  std::atomic<int> busy{0}, ok{0}, other{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      auto result = sessions[i]->Run("Write a poem.", r);
+      if (result.ok()) {
+        ++ok;
+      } else if (result.status().code() == absl::StatusCode::kUnavailable) {
+        EXPECT_THAT(std::string(result.status().message()), HasSubstr("busy"));
+        ++busy;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(busy, 0);
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(other, 0);
+}
+
+TEST_F(EngineTest, IdleSessionsAreEvictedWhenKvMemoryRunsOut) {
+  EngineOptions o = TestOptions();
+  o.kv_capacity_tokens = 160;
+  auto engine = Make(o);
+  auto a = engine->NewSession();
+  auto b = engine->NewSession();
+  RunOptions long_reply = Greedy(40);
+  long_reply.ignore_end_of_generation = true;
+  ASSERT_TRUE((*a)->Run("Hi", long_reply).ok());
+  EXPECT_GT((*a)->kv_tokens(), 60);  // prompt plus 39 fed-back tokens: most of the 160
+  ASSERT_TRUE((*b)->Run("Hello there", Greedy(60)).ok());
+  EXPECT_EQ((*a)->kv_tokens(), 0) << "the idle session's cache made room";
+  EXPECT_GT((*b)->kv_tokens(), 0);
+  // A task larger than the whole cache fails clearly instead of waiting forever.
+  EXPECT_THAT((*a)->Run("Hi", Greedy(1000)), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("KV tokens")));
+}
+
+class ToolPolicyTest : public EngineTest, public ::testing::WithParamInterface<KvPolicy> {};
+
+TEST_P(ToolPolicyTest, ToolResultsFlowBackThroughUnderstand) {
+  auto recording = std::make_shared<RecordingScheduler>(GetParam());
+  EngineOptions o = TestOptions();
+  o.custom_scheduler = recording;
+  auto engine = Make(o);
+  auto session = engine->NewSession();
+  RunOptions r = Greedy(12);
+  int rounds = 0;
+  r.tools.is_tool_call = [&](const std::string&) { return rounds++ == 0; };  // the first reply calls a tool
+  r.tools.run = [](const std::string&) -> absl::StatusOr<std::vector<ChatMessage>> {
+    return std::vector<ChatMessage>{ChatMessage{"tool", "The weather in Paris is sunny, 21 C.", {}, "call_1", "weather"}};
+  };
+  auto result = (*session)->Run("What is the weather in Paris?", r);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const auto& stages = result->report.stages;
+  ASSERT_EQ(stages.size(), 5u);  // understand, generate, tool_call, understand, generate
+  EXPECT_EQ(stages[2].stage, Stage::kToolCall);
+  EXPECT_EQ(stages[2].kv_policy, GetParam());
+  EXPECT_EQ(stages[3].stage, Stage::kUnderstand);
+  // Kept or swapped back: only the new turn is encoded; discarded: everything again.
+  if (GetParam() == KvPolicy::kDiscard) {
+    EXPECT_EQ(result->report.reused_prompt_tokens, 0);
+  } else {
+    EXPECT_GT(result->report.reused_prompt_tokens, 20);
+  }
+  const auto messages = (*session)->messages();
+  ASSERT_EQ(messages.size(), 4u);  // user, assistant (tool call), tool, assistant
+  EXPECT_EQ(messages[2].role, "tool");
+  EXPECT_EQ(recording->calls[2], 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, ToolPolicyTest,
+                         ::testing::Values(KvPolicy::kKeep, KvPolicy::kSwapToHost, KvPolicy::kDiscard),
+                         [](const auto& info) { return std::string(KvPolicyName(info.param)); });
+
+TEST_F(EngineTest, RefusesMisuse) {
+  EngineOptions bad = TestOptions();
+  bad.max_batch = 0;
+  EXPECT_THAT(Engine::Create(kDefaultModelPath, bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EngineOptions unknown = TestOptions();
+  unknown.scheduler = "random";
+  EXPECT_THAT(Engine::Create(kDefaultModelPath, unknown), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("random")));
+  EngineOptions few = TestOptions();
+  few.max_sessions = 1;
+  auto engine = Make(few);
+  auto s = engine->NewSession();
+  ASSERT_TRUE(s.ok());
+  EXPECT_THAT(engine->NewSession(), StatusIs(absl::StatusCode::kResourceExhausted));
+  // One Run at a time per session.
+  RunOptions slow = Greedy(200);
+  slow.ignore_end_of_generation = true;
+  std::thread runner([&] { (*s)->Run("Tell me a story.", slow).IgnoreError(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_THAT((*s)->Run("Hi", Greedy(2)), StatusIs(absl::StatusCode::kFailedPrecondition));
+  (*s)->Cancel();
+  runner.join();
+  RunOptions bad_sampling = Greedy(4);
+  bad_sampling.sampling.top_p = 0;
+  EXPECT_THAT((*s)->Run("Hi", bad_sampling), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace hetero
