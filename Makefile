@@ -4,7 +4,7 @@
 PRESET ?= default
 MODEL  ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup build model fuzz clean
+.PHONY: run test setup build model fuzz tsan clean
 
 run: build
 	./build/bin/hetero-inspect $(MODEL)
@@ -29,5 +29,11 @@ fuzz: setup
 	cmake --build --preset fuzz
 	bash scripts/run-fuzzers.sh $(FUZZ_SECONDS)
 
+# The engine's concurrency tests under ThreadSanitizer (clang).
+tsan: setup
+	cmake --preset tsan
+	cmake --build --preset tsan
+	ctest --preset tsan
+
 clean:
-	rm -rf build build-fuzz
+	rm -rf build build-fuzz build-tsan

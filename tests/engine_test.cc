@@ -3,6 +3,7 @@
 // KV policy, cancellation, deadlines and backpressure releasing everything they hold.
 // Labelled "concurrency": the ThreadSanitizer build runs these.
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -191,6 +192,7 @@ TEST_F(EngineTest, BackpressureAnswersBusyAtTheBound) {
         EXPECT_THAT(std::string(result.status().message()), HasSubstr("busy"));
         ++busy;
       } else {
+        ADD_FAILURE() << "unexpected: " << result.status();
         ++other;
       }
     });
@@ -216,6 +218,40 @@ TEST_F(EngineTest, IdleSessionsAreEvictedWhenKvMemoryRunsOut) {
   EXPECT_GT((*b)->kv_tokens(), 0);
   // A task larger than the whole cache fails clearly instead of waiting forever.
   EXPECT_THAT((*a)->Run("Hi", Greedy(1000)), StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("KV tokens")));
+}
+
+// Two conversations each hold KV while their tools run; afterwards neither continuation
+// fits beside the other's cache, and only queued jobs hold memory: the worker must fail one
+// (which frees its cache) rather than wait forever, and the other must then finish.
+TEST_F(EngineTest, KvDeadlockBetweenQueuedConversationsFailsOneAndFinishesTheOther) {
+  EngineOptions o = TestOptions();
+  o.kv_capacity_tokens = 256;
+  o.custom_scheduler = std::make_shared<RecordingScheduler>(KvPolicy::kKeep);
+  auto engine = Make(o);
+  std::unique_ptr<Session> sessions[2] = {std::move(*engine->NewSession()), std::move(*engine->NewSession())};
+  std::atomic<int> in_tool{0};
+  RunOptions r = Greedy(70);
+  r.ignore_end_of_generation = true;
+  r.max_tool_rounds = 1;
+  r.tools.is_tool_call = [](const std::string&) { return true; };
+  r.tools.run = [&](const std::string&) -> absl::StatusOr<std::vector<ChatMessage>> {
+    // Both conversations hold their caches (about 100 tokens each) at the same time.
+    ++in_tool;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (in_tool < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::vector<ChatMessage>{ChatMessage{"tool", "Sunny, 21 C.", {}, "call_1", "weather"}};
+  };
+  absl::Status results[2];
+  std::thread threads[2];
+  for (int i = 0; i < 2; ++i) {
+    threads[i] = std::thread([&, i] { results[i] = sessions[i]->Run("What is the weather in Paris?", r).status(); });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(in_tool, 2);
+  const int failed = results[0].ok() ? 1 : 0;
+  EXPECT_TRUE(results[1 - failed].ok()) << results[1 - failed];
+  EXPECT_THAT(results[failed], StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("waiting in the queue")));
+  EXPECT_EQ(sessions[failed]->kv_tokens(), 0);
 }
 
 class ToolPolicyTest : public EngineTest, public ::testing::WithParamInterface<KvPolicy> {};

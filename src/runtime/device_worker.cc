@@ -51,6 +51,7 @@ absl::Status DeviceWorker::Submit(std::shared_ptr<GenerationJob> job) {
     job->submitted = Clock::now();
     job->detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_, /*skip_special=*/true);
     queue_.push_back(std::move(job));
+    ++wakeups_;
   }
   cv_.notify_all();
   return absl::OkStatus();
@@ -61,7 +62,93 @@ void DeviceWorker::Wait(const std::shared_ptr<GenerationJob>& job) {
   Await(done_cv_, mu_, [&] { return job->done; });
 }
 
-void DeviceWorker::Poke() { cv_.notify_all(); }
+void DeviceWorker::Poke() {
+  {
+    MutexLock lock(&mu_);
+    ++wakeups_;
+  }
+  cv_.notify_all();
+}
+
+int DeviceWorker::ReservedByRunningJobs() const {
+  int reserved = 0;
+  for (auto* list : {&prefilling_, &active_}) {
+    for (auto& j : *list) {
+      reserved += static_cast<int>(j->prefill_tokens.size() - j->prefilled) + j->max_tokens -
+                  static_cast<int>(j->generated.size());
+    }
+  }
+  return reserved;
+}
+
+// Admission in arrival order while the KV cache has room for the next job's prompt and
+// token budget (what running jobs may still append counts as taken). When the head does
+// not fit, idle sessions are evicted; when nothing runs, a later job that fits may go
+// first (a session finishing its tool call may be the one holding the memory the head
+// waits for); when no job fits and every token of KV belongs to a queued job, nothing
+// will ever free memory and the head fails.
+void DeviceWorker::Admit(std::vector<std::shared_ptr<GenerationJob>>& finished) {
+  blocked_at_.reset();
+  while (!queue_.empty()) {
+    const int capacity = backend_.kv_capacity_tokens();
+    const auto need = [](const GenerationJob& j) { return static_cast<int>(j.prefill_tokens.size()) + j.max_tokens; };
+    const auto own = [&](const GenerationJob& j) { return backend_.SequenceLength(j.seq).value_or(0); };
+    // A job that cannot fit even with every other session's KV freed is refused at once.
+    bool refused = false;
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      GenerationJob& j = **it;
+      if (need(j) > capacity - own(j)) {
+        j.status = absl::ResourceExhaustedError(absl::StrCat(
+            "the task needs ", need(j), " KV tokens (prompt plus max_tokens) beyond the ", own(j),
+            " its conversation holds, but the device's KV cache holds only ", capacity, " tokens"));
+        finished.push_back(*it);
+        queue_.erase(it);
+        refused = true;
+        break;
+      }
+    }
+    if (refused) continue;
+
+    const auto free_tokens = [&] { return capacity - backend_.kv_used_tokens() - ReservedByRunningJobs(); };
+    GenerationJob& head = *queue_.front();
+    if (need(head) <= free_tokens()) {
+      prefilling_.push_back(queue_.front());
+      queue_.pop_front();
+      continue;
+    }
+    if (evict_) {
+      const int wanted = need(head) - free_tokens();
+      mu_.Unlock();
+      const int freed = evict_(wanted);
+      mu_.Lock();
+      if (freed > 0) continue;
+    }
+    if (!prefilling_.empty() || !active_.empty()) return;  // running jobs will free memory
+
+    auto fits = std::find_if(queue_.begin() + 1, queue_.end(), [&](auto& j) { return need(*j) <= free_tokens(); });
+    if (fits != queue_.end()) {
+      prefilling_.push_back(*fits);
+      queue_.erase(fits);
+      return;
+    }
+    int held_by_queued = 0;
+    std::vector<SequenceId> counted;
+    for (auto& j : queue_) {
+      if (std::find(counted.begin(), counted.end(), j->seq) != counted.end()) continue;
+      counted.push_back(j->seq);
+      held_by_queued += own(*j);
+    }
+    if (backend_.kv_used_tokens() > held_by_queued) {
+      blocked_at_ = wakeups_;  // a session outside the worker holds the memory; it pokes when done
+      return;
+    }
+    head.status = absl::ResourceExhaustedError(absl::StrCat(
+        "the task needs ", need(head), " KV tokens (prompt plus max_tokens); ", free_tokens(),
+        " are free and the rest belongs to conversations waiting in the queue"));
+    finished.push_back(queue_.front());
+    queue_.pop_front();
+  }
+}
 
 int DeviceWorker::queued() const {
   MutexLock lock(&mu_);
@@ -151,7 +238,20 @@ void DeviceWorker::Loop() {
     std::vector<std::shared_ptr<GenerationJob>> finished;
     {
       MutexLock lock(&mu_);
-      Await(cv_, mu_, [&] { return stop_ || !queue_.empty() || !prefilling_.empty() || !active_.empty(); });
+      const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || !prefilling_.empty() || !active_.empty() ||
+               (!queue_.empty() && blocked_at_ != std::optional<uint64_t>(wakeups_));
+      };
+      // Blocked admission still has to notice the queued jobs' deadlines.
+      std::optional<Clock::time_point> earliest_deadline;
+      for (auto& j : queue_) {
+        if (j->deadline && (!earliest_deadline || *j->deadline < *earliest_deadline)) earliest_deadline = j->deadline;
+      }
+      if (earliest_deadline) {
+        AwaitUntil(cv_, mu_, *earliest_deadline, ready);
+      } else {
+        Await(cv_, mu_, ready);
+      }
       if (stop_) {
         for (auto* list : {&prefilling_, &active_}) {
           for (auto& j : *list) finished.push_back(j);
@@ -186,39 +286,7 @@ void DeviceWorker::Loop() {
           ++it;
         }
       }
-      // Admission in arrival order, while the KV cache has room for the next job's
-      // prompt and token budget (tokens already reserved by running jobs count).
-      while (!queue_.empty()) {
-        GenerationJob& head = *queue_.front();
-        int reserved = 0;
-        for (auto* list : {&prefilling_, &active_}) {
-          for (auto& j : *list) {
-            reserved += static_cast<int>(j->prefill_tokens.size() - j->prefilled) + j->max_tokens -
-                        static_cast<int>(j->generated.size());
-          }
-        }
-        const int need = static_cast<int>(head.prefill_tokens.size()) + head.max_tokens;
-        const int free_tokens = backend_.kv_capacity_tokens() - backend_.kv_used_tokens() - reserved;
-        if (need <= free_tokens) {
-          prefilling_.push_back(queue_.front());
-          queue_.pop_front();
-          continue;
-        }
-        if (evict_) {
-          mu_.Unlock();
-          const int freed = evict_(need - free_tokens);
-          mu_.Lock();
-          if (freed > 0) continue;
-        }
-        if (prefilling_.empty() && active_.empty()) {
-          head.status = absl::ResourceExhaustedError(absl::StrCat(
-              "the task needs ", need, " KV tokens (prompt plus max_tokens); the device has ", free_tokens, " free"));
-          finished.push_back(queue_.front());
-          queue_.pop_front();
-          continue;
-        }
-        break;  // wait for running jobs to free memory
-      }
+      Admit(finished);
       // One prompt chunk (its own pass, so a prompt is encoded the same way whatever else
       // runs), then one batched decode step for every active job.
       if (!prefilling_.empty()) prefills.push_back(prefilling_.front());

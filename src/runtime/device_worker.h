@@ -68,7 +68,7 @@ class DeviceWorker {
   absl::Status Submit(std::shared_ptr<GenerationJob> job);
   // Blocks until `job` is done.
   void Wait(const std::shared_ptr<GenerationJob>& job);
-  // Wakes the worker to notice a cancellation promptly.
+  // Wakes the worker to notice a cancellation, or KV memory that a session released.
   void Poke();
 
   int queued() const;
@@ -82,6 +82,11 @@ class DeviceWorker {
   // Samples job's next token from `logits` and streams; true when the job is finished.
   bool Step(GenerationJob& job, absl::Span<float> logits);
   void Finish(GenerationJob& job);
+  // Moves queued jobs into prefilling_ while KV memory allows; fails jobs that can never
+  // fit. Sets admission_blocked_ when jobs wait on memory that only a session outside the
+  // worker can release.
+  void Admit(std::vector<std::shared_ptr<GenerationJob>>& finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int ReservedByRunningJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend& backend_;
   const Tokenizer& tokenizer_;
@@ -93,6 +98,9 @@ class DeviceWorker {
   std::condition_variable cv_;       // work arrived, or stop
   std::condition_variable done_cv_;  // a job finished
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // Counts Submit and Poke calls; admission blocked at wakeups_ == blocked_at_ waits for the next.
+  uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<uint64_t> blocked_at_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);   // waiting for admission
   std::vector<std::shared_ptr<GenerationJob>> prefilling_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<GenerationJob>> active_ ABSL_GUARDED_BY(mu_);

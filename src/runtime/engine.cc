@@ -244,8 +244,11 @@ std::string Engine::DescribeDevices() const {
 Session::~Session() {
   Cancel();
   State& s = *state_;
-  MutexLock lock(&s.mu);  // a Run in progress holds `running`; wait for it is the caller's job
-  if (!s.running) ReleaseSessionKv(*s.engine, s.kv);
+  {
+    MutexLock lock(&s.mu);  // a Run in progress holds `running`; wait for it is the caller's job
+    if (!s.running) ReleaseSessionKv(*s.engine, s.kv);
+  }
+  s.engine->cpu_worker->Poke();
 }
 
 void Session::Cancel() {
@@ -300,16 +303,21 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   }
   task.report.total_ms = task.MsSinceStart(Clock::now());
 
-  MutexLock lock(&s.mu);
-  s.running = false;
-  s.last_used = Clock::now();
-  if (!status.ok()) {
-    // A cancelled, expired or failed task releases its KV memory; the conversation is kept
-    // as it was before this Run.
-    ReleaseSessionKv(*s.engine, s.kv);
-    return status;
+  {
+    MutexLock lock(&s.mu);
+    s.running = false;
+    s.last_used = Clock::now();
+    if (!status.ok()) {
+      // A cancelled, expired or failed task releases its KV memory; the conversation is kept
+      // as it was before this Run.
+      ReleaseSessionKv(*s.engine, s.kv);
+    } else {
+      s.messages = std::move(messages);
+    }
   }
-  s.messages = std::move(messages);
+  // The session's KV is now free or evictable: a job waiting for memory may go.
+  s.engine->cpu_worker->Poke();
+  if (!status.ok()) return status;
   return RunResult{task.reply, std::move(task.report)};
 }
 

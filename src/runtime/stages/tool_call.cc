@@ -26,6 +26,7 @@ absl::Status ToolCallStage::Run(TaskContext& task) {
         ReleaseSessionKv(services, kv);
         break;
     }
+    if (placement.kv_policy != KvPolicy::kKeep) services.Worker(kv.device).Poke();  // memory freed
   }
   absl::StatusOr<std::vector<ChatMessage>> results = task.options->tools.run(task.reply);
   // The KV comes back before anything else can fail, so nothing leaks.
