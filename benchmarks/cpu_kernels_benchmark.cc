@@ -91,6 +91,34 @@ BENCHMARK(BM_QuantGemv)
     ->Args({8, 49152, 576, 1})->Args({8, 49152, 576, 2})  // Q8_0 output (tied embedding)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Batched decode's products: `rows` activation rows (sequences) against native weights,
+// one thread. Weights fit in L2, so this measures the arithmetic, not memory.
+void BM_QuantBatchedRows(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const auto type = static_cast<TensorType>(state.range(0));
+  const int n = static_cast<int>(state.range(1)), k = static_cast<int>(state.range(2));
+  const int rows = static_cast<int>(state.range(3));
+  const std::vector<uint8_t> blocks = RandomBlocks(type, n, k);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(type, n, k, blocks.data());
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(rows) * k);
+  std::vector<float> y(static_cast<size_t>(rows) * n);
+  QuantizedActivations a;
+  a.Quantize(x.data(), rows, k, k);
+  for (auto _ : state) {
+    QuantMatmul(w, a, y.data(), n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(n) * k * rows * state.iterations(),
+                                                benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(TensorTypeName(type));
+}
+BENCHMARK(BM_QuantBatchedRows)
+    ->ArgNames({"type", "n", "k", "rows"})
+    ->ArgsProduct({{3}, {1536}, {576}, {1, 4, 8}})
+    ->Args({3, 576, 1536, 8})
+    ->Args({8, 4096, 576, 8})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // The transient bf16 copy of a native matrix that the prompt GEMM path makes.
 void BM_DequantizeToBf16(benchmark::State& state) {
   omp_set_num_threads(1);

@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
     auto chat_template = hetero::ChatTemplate::FromModel(**model);
     if (!chat_template.ok()) return Fail(std::string(chat_template.status().message()));
     std::vector<hetero::ChatMessage> messages;
-    if (!system.empty()) messages.push_back({"system", system});
-    messages.push_back({"user", prompt});
+    if (!system.empty()) messages.push_back({.role = "system", .content = system});
+    messages.push_back({.role = "user", .content = prompt});
     auto rendered = chat_template->Render(messages, {}, /*add_generation_prompt=*/true);
     if (!rendered.ok()) return Fail(std::string(rendered.status().message()));
     text = *rendered;

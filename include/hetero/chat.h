@@ -32,9 +32,10 @@ struct ToolCall {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool" (others pass through)
   std::string content;
-  std::vector<ToolCall> tool_calls;  // assistant turns that call tools
-  std::string tool_call_id;          // tool results: the call answered
-  std::string name;                  // tool results: the tool's name
+  // Defaulted, so that {"user", text} initializes a plain message without warnings.
+  std::vector<ToolCall> tool_calls{};  // assistant turns that call tools
+  std::string tool_call_id{};          // tool results: the call answered
+  std::string name{};                  // tool results: the tool's name
 };
 
 struct ToolDefinition {

@@ -63,7 +63,47 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
       }
     }
   }
+  if (HaveAvx512Vnni()) w.Pack();
   return w;
+}
+
+size_t QuantizedWeights::PackedTileBytes(TensorType type) {
+  // quants + 16 fp16 scales (+ 16 fp16 minima or int16 sums), rounded up to whole lines.
+  const size_t quants = type == TensorType::kQ8_0 ? 512 : 256;
+  const size_t extra = type == TensorType::kQ4_0 ? 32 : 64;
+  return (quants + extra + 63) / 64 * 64;
+}
+
+void QuantizedWeights::Pack() {
+  const int nb = k / kBlock;
+  const int groups = n / kGroupRows;
+  const size_t tile_bytes = PackedTileBytes(type);
+  const size_t block_bytes = GetTensorTypeTraits(type).type_size;
+  packed_rows = groups * kGroupRows;
+  packed.assign(static_cast<size_t>(groups) * nb * tile_bytes / sizeof(CacheLine), CacheLine{});
+  const bool q8 = type == TensorType::kQ8_0;
+  const size_t quant_bytes = q8 ? 512 : 256;
+  const int qs_at = type == TensorType::kQ4_1 ? 4 : 2;
+  for (int g = 0; g < groups; ++g) {
+    for (int b = 0; b < nb; ++b) {
+      uint8_t* tile = packed.data()->bytes + (static_cast<size_t>(g) * nb + b) * tile_bytes;
+      for (int lane = 0; lane < kGroupRows; ++lane) {
+        const uint8_t* blk = blocks + static_cast<size_t>(g * kGroupRows + lane) * row_bytes + b * block_bytes;
+        // Run t of lane j holds quant bytes 4t..4t+3 (Q4: low nibbles are elements 4t..4t+3
+        // and high nibbles 16+4t.., exactly as the file packs them).
+        for (int t = 0; t < (q8 ? 8 : 4); ++t) std::memcpy(tile + 64 * t + 4 * lane, blk + qs_at + 4 * t, 4);
+        std::memcpy(tile + quant_bytes + 2 * lane, blk, 2);  // scale d (fp16)
+        if (type == TensorType::kQ4_1) {
+          std::memcpy(tile + quant_bytes + 32 + 2 * lane, blk + 2, 2);  // minimum (fp16)
+        } else if (q8) {
+          int sum = 0;
+          for (int i = 0; i < kBlock; ++i) sum += static_cast<int8_t>(blk[2 + i]);
+          const int16_t s16 = static_cast<int16_t>(sum);  // |sum| <= 32 * 128
+          std::memcpy(tile + quant_bytes + 32 + 2 * lane, &s16, 2);
+        }
+      }
+    }
+  }
 }
 
 void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int ld) {
@@ -165,6 +205,20 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
   const int rows = a.rows;
   // Outputs are split over threads; each thread streams its own weight rows once and
   // meets every activation row with them while they are in cache.
+  if (simd && !w.packed.empty()) {
+    // Groups of 16 outputs from the packed tiles, then the rows past the last full group.
+    const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
+    const int tail = n - w.packed_rows;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < groups + tail; ++i) {
+      if (i < groups) {
+        internal::QuantGroupAvx512(w, i, a, y, ldy);
+      } else {
+        internal::QuantRowsAvx512(w, w.packed_rows + (i - groups), a, y, ldy);
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int j = 0; j < n; ++j) {
     if (simd) {

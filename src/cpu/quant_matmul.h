@@ -29,6 +29,11 @@ struct QuantizedActivations {
   void Quantize(const float* x, int rows, int cols, int ld);
 };
 
+// 64 bytes, aligned so that a packed tile's vectors never straddle cache lines.
+struct alignas(64) CacheLine {
+  uint8_t bytes[64];
+};
+
 // Weights of one matrix in a native block format: `n` rows (outputs) of `k` columns
 // (inputs), each row its k / 32 blocks, as stored in GGUF.
 struct QuantizedWeights {
@@ -40,10 +45,24 @@ struct QuantizedWeights {
   // Per block, the weight offset that multiplies the activations' block sum: Q4_0's -8 d,
   // Q4_1's minimum, Q8_0's -128 d sum(q) (its activations are biased by 128). n * k / 32.
   std::vector<float> offsets;
+  // The AVX-512 kernels' copy (built only when they are in use), in groups of 16 rows: per
+  // group and block, a tile holding the 16 rows' quants interleaved in 4-byte runs (so one
+  // vpdpbusd with a broadcast activation word advances 16 outputs, and no horizontal sums
+  // are needed), then the 16 scales as fp16, then Q4_1's 16 minima (fp16) or Q8_0's 16 block
+  // sums (int16). Rows from packed_rows on (n % 16 of them) are read from `blocks`.
+  std::vector<CacheLine> packed;
+  int packed_rows = 0;
+
+  static constexpr int kGroupRows = 16;
+  // Bytes of one packed tile (a whole number of cache lines).
+  static size_t PackedTileBytes(TensorType type);
 
   static bool Supports(TensorType type);
-  // Prepares a view of file blocks (and Q8_0's block sums).
+  // Prepares a view of file blocks, their offsets and, where the AVX-512 kernels run, the
+  // packed copy.
   static QuantizedWeights FromBlocks(TensorType type, int n, int k, const uint8_t* blocks);
+  // Builds `packed` (FromBlocks calls this when the CPU has AVX-512 VNNI).
+  void Pack();
 };
 
 // y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` and outputs j in [0, w.n),
@@ -66,6 +85,8 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
 float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
 // y[m * ldy + row] for every activation row m: weight row `row` against all of them.
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
+// Outputs [16 g, 16 g + 16) for every activation row m, from the packed tiles.
+void QuantGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
 void DequantizeRowsToBf16Portable(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 void DequantizeRowsToBf16Avx512(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 }  // namespace internal

@@ -78,20 +78,24 @@ namespace {
 
 // One weight row against R activation rows: each weight block pair is unpacked once and
 // meets all R rows while in registers; per row and block pair, one vpdpbusd, a convert, a
-// multiply and an add. The weight offsets are a separate short dot product per row. The
-// arithmetic of a row does not depend on R, so batching never changes a sequence's logits.
-template <int R>
+// multiply and an add. The weight offsets are a short dot product per row, added before the
+// one horizontal sum. The arithmetic of a row does not depend on R, so batching never
+// changes a sequence's logits.
+template <TensorType T, int R>
 void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m0, float* out, int ldo) {
+  constexpr bool q8 = T == TensorType::kQ8_0;
+  constexpr int bytes = q8 ? 34 : (T == TensorType::kQ4_1 ? 20 : 18);
+  constexpr int qs_at = T == TensorType::kQ4_1 ? 4 : 2;
   const int nb = w.k / kBlock;
   const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
-  const bool q8 = w.type == TensorType::kQ8_0;
-  const bool q41 = w.type == TensorType::kQ4_1;
-  const int bytes = q8 ? 34 : (q41 ? 20 : 18);
-  const int qs_at = q8 ? 2 : (q41 ? 4 : 2);
   __m512 acc[R];
+  const uint8_t* act[R];  // the unsigned (Q8_0: biased) or signed activations, as bytes
   const float* d_lanes[R];
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     acc[r] = _mm512_setzero_ps();
+    const size_t at = static_cast<size_t>(m0 + r) * a.cols;
+    act[r] = q8 ? a.q_biased.data() + at : reinterpret_cast<const uint8_t*>(a.q.data()) + at;
     d_lanes[r] = a.d_lanes.data() + static_cast<size_t>(m0 + r) * nb * 8;
   }
   int b = 0;
@@ -99,7 +103,7 @@ void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations
     const uint8_t* b0 = wrow + b * bytes;
     const uint8_t* b1 = b0 + bytes;
     __m512i wq;
-    if (q8) {
+    if constexpr (q8) {
       const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + qs_at));
       const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + qs_at));
       wq = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
@@ -107,40 +111,65 @@ void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations
       wq = UnpackTwoQ4(b0 + qs_at, b1 + qs_at);
     }
     const __m512 dw = TwoScales(Half(b0), Half(b1));
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const size_t at = static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
+      const __m512i x = _mm512_loadu_si512(act[r] + b * kBlock);
       // Unsigned operand first: Q4 weights are unsigned; Q8_0 pairs signed weights with the
       // activations biased by 128.
-      const __m512i dot = q8 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(a.q_biased.data() + at), wq)
-                             : _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, _mm512_loadu_si512(a.q.data() + at));
+      const __m512i dot = q8 ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, wq)
+                             : _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, x);
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_loadu_ps(d_lanes[r] + b * 8)), acc[r]);
     }
   }
   if (b < nb) {  // an odd last block
     const uint8_t* b0 = wrow + b * bytes;
-    const __m256i wq = q8 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + qs_at)) : UnpackOneQ4(b0 + qs_at);
+    __m256i wq;
+    if constexpr (q8) {
+      wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + qs_at));
+    } else {
+      wq = UnpackOneQ4(b0 + qs_at);
+    }
     const float d0 = Half(b0);
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      const size_t at = static_cast<size_t>(m0 + r) * a.cols + b * kBlock;
-      const __m256i dot =
-          q8 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q_biased.data() + at)), wq)
-             : _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + at)));
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r] + b * kBlock));
+      const __m256i dot = q8 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, wq)
+                             : _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, x);
       const float s = d0 * a.d[static_cast<size_t>(m0 + r) * nb + b];
       acc[r] = _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(s))));
     }
   }
   // Offsets: sum over blocks of offset[b] times the activation block's sum (Q4) or scale (Q8).
   const float* offsets = w.offsets.data() + static_cast<size_t>(row) * nb;
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const float* act = (q8 ? a.d.data() : a.d_sum.data()) + static_cast<size_t>(m0 + r) * nb;
+    const float* s = (q8 ? a.d.data() : a.d_sum.data()) + static_cast<size_t>(m0 + r) * nb;
     __m512 off = _mm512_setzero_ps();
     int i = 0;
-    for (; i + 16 <= nb; i += 16) off = _mm512_fmadd_ps(_mm512_loadu_ps(offsets + i), _mm512_loadu_ps(act + i), off);
+    for (; i + 16 <= nb; i += 16) off = _mm512_fmadd_ps(_mm512_loadu_ps(offsets + i), _mm512_loadu_ps(s + i), off);
     if (i < nb) {
       const __mmask16 mask = static_cast<__mmask16>((1u << (nb - i)) - 1);
-      off = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, offsets + i), _mm512_maskz_loadu_ps(mask, act + i), off);
+      off = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, offsets + i), _mm512_maskz_loadu_ps(mask, s + i), off);
     }
-    out[static_cast<size_t>(r) * ldo] = _mm512_reduce_add_ps(acc[r]) + _mm512_reduce_add_ps(off);
+    out[static_cast<size_t>(r) * ldo] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], off));
+  }
+}
+
+template <TensorType T>
+void QuantRowsOfType(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy) {
+  int m = 0;
+  float* out = y + row;
+  for (; m + 8 <= a.rows; m += 8) QuantRowTile<T, 8>(w, row, a, m, out + static_cast<size_t>(m) * ldy, ldy);
+  out += static_cast<size_t>(m) * ldy;
+  switch (a.rows - m) {
+    case 7: QuantRowTile<T, 7>(w, row, a, m, out, ldy); break;
+    case 6: QuantRowTile<T, 6>(w, row, a, m, out, ldy); break;
+    case 5: QuantRowTile<T, 5>(w, row, a, m, out, ldy); break;
+    case 4: QuantRowTile<T, 4>(w, row, a, m, out, ldy); break;
+    case 3: QuantRowTile<T, 3>(w, row, a, m, out, ldy); break;
+    case 2: QuantRowTile<T, 2>(w, row, a, m, out, ldy); break;
+    case 1: QuantRowTile<T, 1>(w, row, a, m, out, ldy); break;
+    default: break;
   }
 }
 
@@ -148,22 +177,127 @@ void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations
 
 float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
   float out;
-  QuantRowTile<1>(w, row, a, m, &out, 0);
+  switch (w.type) {
+    case TensorType::kQ8_0: QuantRowTile<TensorType::kQ8_0, 1>(w, row, a, m, &out, 0); break;
+    case TensorType::kQ4_1: QuantRowTile<TensorType::kQ4_1, 1>(w, row, a, m, &out, 0); break;
+    default: QuantRowTile<TensorType::kQ4_0, 1>(w, row, a, m, &out, 0); break;
+  }
   return out;
 }
 
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy) {
+  switch (w.type) {
+    case TensorType::kQ8_0: QuantRowsOfType<TensorType::kQ8_0>(w, row, a, y, ldy); break;
+    case TensorType::kQ4_1: QuantRowsOfType<TensorType::kQ4_1>(w, row, a, y, ldy); break;
+    default: QuantRowsOfType<TensorType::kQ4_0>(w, row, a, y, ldy); break;
+  }
+}
+
+namespace {
+
+// 16 outputs (one packed group) against R activation rows. Per block: the group's quants
+// are unpacked once (Q4: 4 loads, 8 masks/shifts) into 8 vectors; per row, 8 vpdpbusd with
+// the row's activation words broadcast give 16 exact int32 block dots, then one convert
+// and two fused multiply-adds apply the scales and offsets. A row's arithmetic does not
+// depend on R (integer sums are exact, the float steps run block by block), so batching
+// never changes a sequence's logits.
+template <TensorType T, int R>
+void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations& a, int m0, float* y, int ldy) {
+  constexpr bool q8 = T == TensorType::kQ8_0;
+  constexpr int quant_bytes = q8 ? 512 : 256;
+  const size_t tile_bytes = QuantizedWeights::PackedTileBytes(T);
+  const int nb = w.k / kBlock;
+  const uint8_t* tile = w.packed.data()->bytes + static_cast<size_t>(group) * nb * tile_bytes;
+  const uint8_t* act[R];
+  const float* d[R];
+  const float* d_sum[R];
+  __m512 acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const size_t at = static_cast<size_t>(m0 + r) * a.cols;
+    act[r] = q8 ? a.q_biased.data() + at : reinterpret_cast<const uint8_t*>(a.q.data()) + at;
+    d[r] = a.d.data() + static_cast<size_t>(m0 + r) * nb;
+    d_sum[r] = a.d_sum.data() + static_cast<size_t>(m0 + r) * nb;
+    acc[r] = _mm512_setzero_ps();
+  }
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
+  for (int b = 0; b < nb; ++b, tile += tile_bytes) {
+    __m512i wq[8];
+    if constexpr (q8) {
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) wq[t] = _mm512_load_si512(tile + 64 * t);
+    } else {
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512i packed = _mm512_load_si512(tile + 64 * t);
+        wq[t] = _mm512_and_si512(packed, low_nibbles);                          // elements 4t..4t+3
+        wq[t + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);  // 16+4t..16+4t+3
+      }
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + quant_bytes)));
+    const __m256i extra = _mm256_load_si256(reinterpret_cast<const __m256i*>(tile + quant_bytes + 32));
+    __m512 offset;  // multiplies the activation block's sum (Q4) or scale (Q8)
+    if constexpr (T == TensorType::kQ4_1) {
+      offset = _mm512_cvtph_ps(extra);
+    } else if constexpr (T == TensorType::kQ4_0) {
+      offset = _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
+    } else {  // -128 d sum(q): the biased activations' excess
+      offset = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(extra)), dw), _mm512_set1_ps(-128.0f));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* x = act[r] + b * kBlock;
+      // Two independent chains shorten the dependency for small R; integer sums are exact.
+      __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        int32_t x0, x1;
+        if constexpr (q8) {
+          std::memcpy(&x0, x + 4 * t, 4);
+          std::memcpy(&x1, x + 16 + 4 * t, 4);
+          dot0 = _mm512_dpbusd_epi32(dot0, _mm512_set1_epi32(x0), wq[t]);
+          dot1 = _mm512_dpbusd_epi32(dot1, _mm512_set1_epi32(x1), wq[t + 4]);
+        } else {
+          std::memcpy(&x0, x + 4 * t, 4);
+          std::memcpy(&x1, x + 16 + 4 * t, 4);
+          dot0 = _mm512_dpbusd_epi32(dot0, wq[t], _mm512_set1_epi32(x0));
+          dot1 = _mm512_dpbusd_epi32(dot1, wq[t + 4], _mm512_set1_epi32(x1));
+        }
+      }
+      const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dot0, dot1));
+      acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_set1_ps(d[r][b])), acc[r]);
+      acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(q8 ? d[r][b] : d_sum[r][b]), acc[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows, acc[r]);
+  }
+}
+
+template <TensorType T>
+void GroupOfType(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
   int m = 0;
-  for (; m + 8 <= a.rows; m += 8) QuantRowTile<8>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy);
+  for (; m + 8 <= a.rows; m += 8) GroupTile<T, 8>(w, group, a, m, y, ldy);
   switch (a.rows - m) {
-    case 7: QuantRowTile<7>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
-    case 6: QuantRowTile<6>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
-    case 5: QuantRowTile<5>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
-    case 4: QuantRowTile<4>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
-    case 3: QuantRowTile<3>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
-    case 2: QuantRowTile<2>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
-    case 1: QuantRowTile<1>(w, row, a, m, y + static_cast<size_t>(m) * ldy + row, ldy); break;
+    case 7: GroupTile<T, 7>(w, group, a, m, y, ldy); break;
+    case 6: GroupTile<T, 6>(w, group, a, m, y, ldy); break;
+    case 5: GroupTile<T, 5>(w, group, a, m, y, ldy); break;
+    case 4: GroupTile<T, 4>(w, group, a, m, y, ldy); break;
+    case 3: GroupTile<T, 3>(w, group, a, m, y, ldy); break;
+    case 2: GroupTile<T, 2>(w, group, a, m, y, ldy); break;
+    case 1: GroupTile<T, 1>(w, group, a, m, y, ldy); break;
     default: break;
+  }
+}
+
+}  // namespace
+
+void QuantGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
+  switch (w.type) {
+    case TensorType::kQ8_0: GroupOfType<TensorType::kQ8_0>(w, group, a, y, ldy); break;
+    case TensorType::kQ4_1: GroupOfType<TensorType::kQ4_1>(w, group, a, y, ldy); break;
+    default: GroupOfType<TensorType::kQ4_0>(w, group, a, y, ldy); break;
   }
 }
 
