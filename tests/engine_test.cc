@@ -64,7 +64,11 @@ class EngineTest : public ::testing::Test {
 };
 
 TEST_F(EngineTest, RunsTheStagesAndReportsThem) {
-  auto engine = Make();
+  // f32 reproduces the float64 reference exactly; the quantized modes may take the other
+  // side of this model's near-ties (llama.cpp's CPU path answers "L'Étoile, ..." here too).
+  EngineOptions o = TestOptions();
+  o.cpu_precision = "f32";
+  auto engine = Make(o);
   auto session = engine->NewSession();
   ASSERT_TRUE(session.ok());
   auto result = (*session)->Run("What is the capital of France?", Greedy(16));

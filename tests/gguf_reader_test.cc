@@ -1,5 +1,6 @@
 // GGUF reader on valid input: every value type, nested arrays, tensor infos, alignment,
 // versions 2 and 3, typed look-ups, and the default model when it is present.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -194,6 +195,34 @@ TEST(GgufReaderTest, FileWithoutTensorsIsValid) {
   auto file = ParseOrDie(bytes);
   ASSERT_NE(file, nullptr);
   EXPECT_TRUE(file->tensors().empty());
+}
+
+// Dropping a mapped tensor's pages is only a hint: the bytes read back unchanged. On
+// caller-owned bytes (heap memory, where MADV_DONTNEED would zero them) it does nothing.
+TEST(GgufReaderTest, AdviseUnneededKeepsTheBytes) {
+  std::vector<float> values(64 * 1024);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977) * 0.5f + 1.0f;
+  GgufBuilder b;
+  b.AddString("general.architecture", "llama");
+  b.AddTensorF32("big", {static_cast<int64_t>(values.size())}, values);
+  const std::vector<uint8_t> bytes = b.Build();
+  const std::string path = testing::WriteTempFile(bytes, "reader_advise.gguf");
+  auto mapped = GgufFile::Open(path);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  const absl::Span<const uint8_t> data = (*mapped)->FindTensor("big")->data;
+  const std::vector<uint8_t> before(data.begin(), data.end());
+  (*mapped)->AdviseUnneeded(data);
+  (*mapped)->AdviseUnneeded(absl::MakeConstSpan(bytes));  // not part of the mapping: ignored
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), before.begin()));
+
+  auto parsed = ParseOrDie(bytes);
+  ASSERT_NE(parsed, nullptr);
+  const absl::Span<const uint8_t> owned = parsed->FindTensor("big")->data;
+  parsed->AdviseUnneeded(owned);
+  float first;
+  std::memcpy(&first, owned.data(), 4);
+  EXPECT_EQ(first, 1.0f);
+  EXPECT_TRUE(std::equal(owned.begin(), owned.end(), before.begin()));
 }
 
 TEST(GgufReaderTest, OpensFilesThroughTheMapping) {

@@ -89,7 +89,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Shape{TensorType::kQ4_0, 7, 32, 1}, Shape{TensorType::kQ4_0, 33, 96, 3},
                       Shape{TensorType::kQ4_1, 17, 608, 1}, Shape{TensorType::kQ4_1, 64, 576, 5},
                       Shape{TensorType::kQ4_1, 5, 1536, 2}, Shape{TensorType::kQ8_0, 9, 160, 1},
-                      Shape{TensorType::kQ8_0, 31, 576, 4}, Shape{TensorType::kQ8_0, 3, 32, 7}),
+                      Shape{TensorType::kQ8_0, 31, 576, 4}, Shape{TensorType::kQ8_0, 3, 32, 7},
+                      // Packed groups of 16 with 8-row tiles plus leftovers, and a tail row.
+                      Shape{TensorType::kQ4_1, 48, 576, 8}, Shape{TensorType::kQ4_1, 49, 96, 17},
+                      Shape{TensorType::kQ4_0, 32, 160, 9}, Shape{TensorType::kQ8_0, 33, 576, 13}),
     [](const auto& info) {
       return TensorTypeName(info.param.type) + "_" + std::to_string(info.param.n) + "x" +
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);

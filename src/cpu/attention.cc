@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "src/cpu/cpu_features.h"
 
 namespace hetero {
 namespace {
@@ -29,39 +30,68 @@ Attention::Attention(const LinearContext& ctx, const AttentionShape& shape) : ct
   mix_ = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(scores_md, values_md, q_md), ctx_.engine));
 }
 
-void Attention::RunSingle(const float* q, int position, const SequenceKv& kv, float* out) const {
-  const int hd = s_.head_dim;
-  const int group = s_.n_heads / s_.n_kv_heads;
-  const int bt = s_.block_tokens;
-  const size_t head_stride = static_cast<size_t>(bt) * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int n_keys = position + 1;
-  std::vector<float> scores(n_keys);
-  for (int h = 0; h < s_.n_heads; ++h) {
-    const int g = h / group;
-    const float* qv = q + static_cast<size_t>(h) * hd;
+namespace internal {
+
+void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out) {
+  const int hd = query.head_dim;
+  const int n = query.n_keys;
+  const int bt = query.block_tokens;
+  const size_t ld = static_cast<size_t>(n + 15) / 16 * 16;
+  for (int h = 0; h < query.group; ++h) {
+    const float* qv = query.q + static_cast<size_t>(h) * hd;
+    float* s = scores + h * ld;
     float max_score = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < n_keys; ++j) {
-      const float* k = kv.blocks[j / bt] + g * head_stride + static_cast<size_t>(j % bt) * hd;
+    for (int j = 0; j < n; ++j) {
+      const float* k = query.blocks[j / bt] + query.k_offset + static_cast<size_t>(j % bt) * hd;
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int d = 0; d < hd; ++d) dot += qv[d] * k[d];
-      scores[j] = dot * scale;
-      max_score = std::max(max_score, scores[j]);
+      s[j] = dot * query.scale;
+      max_score = std::max(max_score, s[j]);
     }
     float sum = 0.0f;
-    for (int j = 0; j < n_keys; ++j) {
-      scores[j] = std::exp(scores[j] - max_score);
-      sum += scores[j];
+    for (int j = 0; j < n; ++j) {
+      s[j] = std::exp(s[j] - max_score);
+      sum += s[j];
     }
     const float inv = 1.0f / sum;
     float* o = out + static_cast<size_t>(h) * hd;
     std::fill(o, o + hd, 0.0f);
-    for (int j = 0; j < n_keys; ++j) {
-      const float* v = kv.blocks[j / bt] + (s_.n_kv_heads + g) * head_stride + static_cast<size_t>(j % bt) * hd;
-      const float p = scores[j] * inv;
+    for (int j = 0; j < n; ++j) {
+      const float* v = query.blocks[j / bt] + query.v_offset + static_cast<size_t>(j % bt) * hd;
+      const float p = s[j];
 #pragma omp simd
       for (int d = 0; d < hd; ++d) o[d] += p * v[d];
+    }
+    for (int d = 0; d < hd; ++d) o[d] *= inv;
+  }
+}
+
+}  // namespace internal
+
+void Attention::RunSingle(const float* q, int position, const SequenceKv& kv, float* out) const {
+  const int hd = s_.head_dim;
+  const int group = s_.n_heads / s_.n_kv_heads;
+  const size_t head_stride = static_cast<size_t>(s_.block_tokens) * hd;
+  static const bool avx512 = DetectCpu().avx512f;
+  const bool simd = avx512 && hd % 16 == 0;
+  const int n_keys = position + 1;
+  std::vector<float> scores(static_cast<size_t>(group) * ((n_keys + 15) / 16 * 16));
+  for (int g = 0; g < s_.n_kv_heads; ++g) {
+    internal::DecodeQuery query{q + static_cast<size_t>(g) * group * hd,
+                                group,
+                                hd,
+                                n_keys,
+                                kv.blocks.data(),
+                                s_.block_tokens,
+                                g * head_stride,
+                                (s_.n_kv_heads + g) * head_stride,
+                                1.0f / std::sqrt(static_cast<float>(hd))};
+    float* o = out + static_cast<size_t>(g) * group * hd;
+    if (simd) {
+      internal::AttendDecodeAvx512(query, scores.data(), o);
+    } else {
+      internal::AttendDecodePortable(query, scores.data(), o);
     }
   }
 }

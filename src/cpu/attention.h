@@ -11,6 +11,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/status/status.h"
+#include "src/cpu/attention_kernels.h"
 #include "src/cpu/linear.h"
 
 namespace hetero {
@@ -27,6 +28,7 @@ struct AttentionShape {
 struct SequenceKv {
   std::vector<const float*> blocks;
 };
+
 
 class Attention {
  public:

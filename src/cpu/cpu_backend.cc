@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/quant_matmul.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/model_impl.h"
 #include "src/runtime/status_macros.h"
@@ -43,9 +44,9 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
           model.config().context_length) {}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
-  if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 1) {
+  if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 0) {
     return absl::InvalidArgumentError("CPU backend options: threads, kv_block_tokens, max_sequences and "
-                                      "bf16_min_rows must be positive");
+                                      "bf16_min_rows must not be negative");
   }
   auto backend = std::unique_ptr<CpuBackend>(new CpuBackend(model, options));
   HETERO_RETURN_IF_ERROR(backend->Init());
@@ -60,7 +61,15 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
     case CpuPrecision::kBf16:
       return MakeOneDnnLinear(dnnl_, tensor, MatmulPrecision::kBf16);
     case CpuPrecision::kAuto:
-      if (QuantizedWeights::Supports(tensor.type)) return MakeQuantLinear(dnnl_, tensor, options_.bf16_min_rows);
+      if (QuantizedWeights::Supports(tensor.type)) {
+        const int min_rows = options_.bf16_min_rows > 0 ? options_.bf16_min_rows
+                                                        : (QuantMatmulUsesAvx512() ? kNeverBf16 : 8);
+        HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Linear> linear, MakeQuantLinear(dnnl_, tensor, min_rows));
+        // The packed copy is all the kernels read: let the kernel drop the file's pages of
+        // this matrix from our resident set (they come back from the page cache if read).
+        if (!linear->reads_source_weights()) model_.impl().gguf->AdviseUnneeded(tensor.data);
+        return linear;
+      }
       return MakeOneDnnLinear(dnnl_, tensor, bf16_cpu ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
   }
   return absl::InternalError("unknown precision");

@@ -39,7 +39,10 @@ struct CpuBackendOptions {
   // allocated when first used, so unused capacity costs no memory.
   int kv_capacity_tokens = 0;
   // Prompt chunks of at least this many rows use the bf16 GEMM path for native weights.
-  int bf16_min_rows = 20;  // measured crossover, docs/PERFORMANCE.md
+  // 0: automatic. Where the AVX-512 VNNI kernels run, never: they beat the bf16 GEMM at
+  // every prompt length measured (docs/PERFORMANCE.md). Elsewhere 8 rows, a guess made for
+  // the slow portable kernels that has not been measured on such a CPU.
+  int bf16_min_rows = 0;
 };
 
 class CpuBackend : public Backend {

@@ -104,9 +104,16 @@ class QuantLinear : public Linear {
       return DnnlError(e, "memory");
     }
   }
-  size_t resident_bytes() const override { return weights_.offsets.size() * sizeof(float); }
+  size_t resident_bytes() const override {
+    return weights_.offsets.size() * sizeof(float) + weights_.packed.size() * sizeof(CacheLine);
+  }
+  bool reads_source_weights() const override {
+    return bf16_min_rows_ != kNeverBf16 || !QuantMatmulUsesAvx512() || weights_.packed_rows < n_;
+  }
   std::string Describe() const override {
-    return absl::StrCat("native ", TensorTypeName(weights_.type), " (bf16 oneDNN from ", bf16_min_rows_, " rows)");
+    const std::string layout = weights_.packed.empty() ? "" : " packed";
+    if (bf16_min_rows_ == kNeverBf16) return absl::StrCat("native ", TensorTypeName(weights_.type), layout);
+    return absl::StrCat("native ", TensorTypeName(weights_.type), layout, " (bf16 oneDNN from ", bf16_min_rows_, " rows)");
   }
 
  private:

@@ -43,6 +43,8 @@ class Linear {
   int k() const { return k_; }
   // Bytes of weights this layer holds outside the mapped file.
   virtual size_t resident_bytes() const = 0;
+  // Whether Forward reads the tensor's bytes in the model file (false: only its own copy).
+  virtual bool reads_source_weights() const { return true; }
   virtual std::string Describe() const = 0;
 
  protected:
@@ -61,7 +63,8 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ct
                                                          MatmulPrecision precision);
 
 // Weights kept in native blocks (QuantizedWeights::Supports(type) must hold). Calls with
-// at least `bf16_min_rows` rows take the dequantize-to-bf16 + oneDNN path.
+// at least `bf16_min_rows` rows (kNeverBf16: none) take the dequantize-to-bf16 + oneDNN path.
+inline constexpr int kNeverBf16 = 1 << 30;
 absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
                                                         int bf16_min_rows);
 

@@ -19,6 +19,22 @@ float Half(const uint8_t* p) {
   return Fp16ToFp32(h);
 }
 
+// The weight offset of one block: Q4_0's -8 d, Q4_1's minimum, Q8_0's -128 d sum(q).
+float BlockOffset(TensorType type, const uint8_t* blk) {
+  switch (type) {
+    case TensorType::kQ4_0:
+      return -8.0f * Half(blk);
+    case TensorType::kQ4_1:
+      return Half(blk + 2);
+    default: {  // Q8_0
+      const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
+      int sum = 0;
+      for (int i = 0; i < kBlock; ++i) sum += q[i];
+      return -128.0f * static_cast<float>(sum) * Half(blk);
+    }
+  }
+}
+
 bool HaveAvx512Vnni() {
   static const bool have = [] {
     const CpuInfo& cpu = DetectCpu();
@@ -42,28 +58,15 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   w.k = k;
   w.blocks = blocks;
   w.row_bytes = static_cast<size_t>(k / kBlock) * GetTensorTypeTraits(type).type_size;
-  const size_t nb = static_cast<size_t>(n) * (k / kBlock);
-  const size_t bytes = GetTensorTypeTraits(type).type_size;
-  w.offsets.resize(nb);
-  for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = blocks + b * bytes;
-    switch (type) {
-      case TensorType::kQ4_0:
-        w.offsets[b] = -8.0f * Half(blk);
-        break;
-      case TensorType::kQ4_1:
-        w.offsets[b] = Half(blk + 2);
-        break;
-      default: {  // Q8_0
-        const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
-        int sum = 0;
-        for (int i = 0; i < kBlock; ++i) sum += q[i];
-        w.offsets[b] = -128.0f * static_cast<float>(sum) * Half(blk);
-        break;
-      }
-    }
-  }
   if (HaveAvx512Vnni()) w.Pack();
+  // Offsets for the rows the per-row AVX-512 kernel reads (those past the packed groups).
+  const size_t first = static_cast<size_t>(w.packed_rows) * (k / kBlock);
+  const size_t last = static_cast<size_t>(n) * (k / kBlock);
+  const size_t bytes = GetTensorTypeTraits(type).type_size;
+  if (HaveAvx512Vnni()) {
+    w.offsets.resize(last - first);
+    for (size_t b = first; b < last; ++b) w.offsets[b - first] = BlockOffset(type, blocks + b * bytes);
+  }
   return w;
 }
 
@@ -114,22 +117,28 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   q_biased.resize(n);
   d.resize(n / kBlock);
   d_sum.resize(n / kBlock);
-  if (HaveAvx512Vnni()) {
-    internal::QuantizeRowsAvx512(x, rows, cols, ld, *this);
-    d_lanes.resize(n / kBlock * 8);
-    for (size_t b = 0; b < n / kBlock; ++b) std::fill_n(d_lanes.data() + b * 8, 8, d[b]);
-  } else {
-    internal::QuantizeRowsPortable(x, rows, cols, ld, *this);
+  const bool simd = HaveAvx512Vnni();
+  if (simd) d_lanes.resize(n / kBlock * 8);
+  const int nb = cols / kBlock;
+  // Rows are independent: a batch's rows quantize in parallel, each exactly as alone.
+#pragma omp parallel for schedule(static) if (rows > 1)
+  for (int m = 0; m < rows; ++m) {
+    if (simd) {
+      internal::QuantizeRowsAvx512(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
+      for (int b = m * nb; b < (m + 1) * nb; ++b) std::fill_n(d_lanes.data() + static_cast<size_t>(b) * 8, 8, d[b]);
+    } else {
+      internal::QuantizeRowsPortable(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
+    }
   }
 }
 
 namespace internal {
 
-void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a) {
+void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row) {
   const int nb = cols / kBlock;
-  for (int m = 0; m < rows; ++m) {
+  for (int m = first_row; m < first_row + rows; ++m) {
     for (int b = 0; b < nb; ++b) {
-      const float* src = x + static_cast<size_t>(m) * ld + b * kBlock;
+      const float* src = x + static_cast<size_t>(m - first_row) * ld + b * kBlock;
       float amax = 0.0f;
       for (int i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(src[i]));
       const float d = amax / 127.0f;
@@ -153,7 +162,6 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
   const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
   const float* ad = a.d.data() + static_cast<size_t>(m) * nb;
   const float* ads = a.d_sum.data() + static_cast<size_t>(m) * nb;
-  const float* offsets = w.offsets.data() + static_cast<size_t>(row) * nb;
   float sum = 0.0f;
   for (int b = 0; b < nb; ++b) {
     int dot = 0;
@@ -162,13 +170,13 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
       const auto* qw = reinterpret_cast<const int8_t*>(blk + 2);
       const uint8_t* qa = a.q_biased.data() + static_cast<size_t>(m) * a.cols + b * kBlock;
       for (int j = 0; j < kBlock; ++j) dot += qw[j] * qa[j];
-      sum += Half(blk) * ad[b] * static_cast<float>(dot) + offsets[b] * ad[b];
+      sum += Half(blk) * ad[b] * static_cast<float>(dot) + BlockOffset(w.type, blk) * ad[b];
     } else {
       const int8_t* qa = a.q.data() + static_cast<size_t>(m) * a.cols + b * kBlock;
       const uint8_t* blk = wrow + b * (w.type == TensorType::kQ4_0 ? 18 : 20);
       const uint8_t* qs = blk + (w.type == TensorType::kQ4_0 ? 2 : 4);
       for (int j = 0; j < 16; ++j) dot += (qs[j] & 0x0F) * qa[j] + (qs[j] >> 4) * qa[j + 16];
-      sum += Half(blk) * ad[b] * static_cast<float>(dot) + offsets[b] * ads[b];
+      sum += Half(blk) * ad[b] * static_cast<float>(dot) + BlockOffset(w.type, blk) * ads[b];
     }
   }
   return sum;

@@ -42,8 +42,9 @@ struct QuantizedWeights {
   int k = 0;
   const uint8_t* blocks = nullptr;     // n * row_bytes, usually inside the mapped file
   size_t row_bytes = 0;
-  // Per block, the weight offset that multiplies the activations' block sum: Q4_0's -8 d,
-  // Q4_1's minimum, Q8_0's -128 d sum(q) (its activations are biased by 128). n * k / 32.
+  // Per block of rows [packed_rows, n) (the per-row AVX-512 kernel's), the weight offset
+  // that multiplies the activations' block sum: Q4_0's -8 d, Q4_1's minimum, Q8_0's
+  // -128 d sum(q) (its activations are biased by 128). Empty without AVX-512 VNNI.
   std::vector<float> offsets;
   // The AVX-512 kernels' copy (built only when they are in use), in groups of 16 rows: per
   // group and block, a tile holding the 16 rows' quants interleaved in 4-byte runs (so one
@@ -78,12 +79,13 @@ bool QuantMatmulUsesAvx512();
 
 namespace internal {
 // The portable kernels, also the reference the SIMD ones are tested against.
-void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
+// Rows of x (stride ld) become rows first_row.. of `a` (sized by the caller).
+void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);
 float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
 // AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
-void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a);
-float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
-// y[m * ldy + row] for every activation row m: weight row `row` against all of them.
+void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);
+// y[m * ldy + row] for every activation row m: weight row `row` (not in a packed group)
+// against all of them.
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
 // Outputs [16 g, 16 g + 16) for every activation row m, from the packed tiles.
 void QuantGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);

@@ -47,11 +47,11 @@ inline __m512 TwoScales(float s0, float s1) {
 
 }  // namespace
 
-void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a) {
+void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row) {
   const int nb = cols / kBlock;
-  for (int m = 0; m < rows; ++m) {
+  for (int m = first_row; m < first_row + rows; ++m) {
     for (int b = 0; b < nb; ++b) {
-      const float* src = x + static_cast<size_t>(m) * ld + b * kBlock;
+      const float* src = x + static_cast<size_t>(m - first_row) * ld + b * kBlock;
       const __m512 v0 = _mm512_loadu_ps(src);
       const __m512 v1 = _mm512_loadu_ps(src + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
@@ -140,7 +140,7 @@ void QuantRowTile(const QuantizedWeights& w, int row, const QuantizedActivations
     }
   }
   // Offsets: sum over blocks of offset[b] times the activation block's sum (Q4) or scale (Q8).
-  const float* offsets = w.offsets.data() + static_cast<size_t>(row) * nb;
+  const float* offsets = w.offsets.data() + static_cast<size_t>(row - w.packed_rows) * nb;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const float* s = (q8 ? a.d.data() : a.d_sum.data()) + static_cast<size_t>(m0 + r) * nb;
@@ -174,16 +174,6 @@ void QuantRowsOfType(const QuantizedWeights& w, int row, const QuantizedActivati
 }
 
 }  // namespace
-
-float QuantDotAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
-  float out;
-  switch (w.type) {
-    case TensorType::kQ8_0: QuantRowTile<TensorType::kQ8_0, 1>(w, row, a, m, &out, 0); break;
-    case TensorType::kQ4_1: QuantRowTile<TensorType::kQ4_1, 1>(w, row, a, m, &out, 0); break;
-    default: QuantRowTile<TensorType::kQ4_0, 1>(w, row, a, m, &out, 0); break;
-  }
-  return out;
-}
 
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy) {
   switch (w.type) {

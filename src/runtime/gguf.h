@@ -135,6 +135,11 @@ class GgufFile {
   absl::StatusOr<const GgufArray*> GetArray(absl::string_view key) const;
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+  // For bytes of a mapped file: drops their pages from the resident set (MappedFile's
+  // hint). Does nothing for caller-owned bytes.
+  void AdviseUnneeded(absl::Span<const uint8_t> range) const {
+    if (file_ != nullptr) file_->AdviseUnneeded(range);
+  }
   const GgufTensorInfo* FindTensor(absl::string_view name) const;
 
  private:

@@ -24,6 +24,10 @@ class MappedFile {
 
   absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  // Tells the kernel that the pages inside `range` (part of this mapping) will not be read
+  // soon: they leave the process's resident set and are read again from the page cache if
+  // touched. A hint only; ranges outside the mapping are ignored.
+  void AdviseUnneeded(absl::Span<const uint8_t> range) const;
 
  private:
   MappedFile(std::string path, const uint8_t* data, size_t size)

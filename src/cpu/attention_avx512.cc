@@ -1,0 +1,86 @@
+// AVX-512 decode attention (attention.h's single-query path). This file alone is compiled
+// with -mavx512f -mfma; Attention checks the CPU first.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "src/cpu/attention_kernels.h"
+
+namespace hetero::internal {
+namespace {
+
+// e^x for the x <= 0 of a softmax after subtracting the maximum: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (relative error below 2e-7), then
+// scaled by 2^n. Inputs below -87 give 0 (as e^x underflows there anyway).
+inline __m512 ExpNonPositive(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f);
+  const __m512 ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+  const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+  r = _mm512_fnmadd_ps(n, ln2_lo, r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), _mm512_scalef_ps(p, n));
+}
+
+}  // namespace
+
+void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
+  const int hd = query.head_dim;
+  const int chunks = hd / 16;
+  const int n = query.n_keys;
+  const int bt = query.block_tokens;
+  const auto key = [&](int j) { return query.blocks[j / bt] + query.k_offset + static_cast<size_t>(j % bt) * hd; };
+  const auto value = [&](int j) { return query.blocks[j / bt] + query.v_offset + static_cast<size_t>(j % bt) * hd; };
+  const size_t ld = static_cast<size_t>(n + 15) / 16 * 16;  // scores row stride
+
+  // Scores: each key is loaded once for all the group's heads.
+  for (int j = 0; j < n; ++j) {
+    const float* k = key(j);
+    for (int h = 0; h < query.group; ++h) {
+      const float* q = query.q + static_cast<size_t>(h) * hd;
+      __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
+      for (int c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), acc);
+      scores[h * ld + j] = _mm512_reduce_add_ps(acc) * query.scale;
+    }
+  }
+  for (int h = 0; h < query.group; ++h) {
+    float* s = scores + h * ld;
+    // Softmax numerators, 16 scores at a time (the tail masked).
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, m, s + j));
+    }
+    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 m = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), max));
+      _mm512_mask_storeu_ps(s + j, m, e);
+      vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+    // Weighted values, four 16-float column chunks in registers at a time.
+    float* o = out + static_cast<size_t>(h) * hd;
+    for (int c0 = 0; c0 < chunks; c0 += 4) {
+      const int width = chunks - c0 < 4 ? chunks - c0 : 4;
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int j = 0; j < n; ++j) {
+        const float* v = value(j) + 16 * c0;
+        const __m512 p = _mm512_set1_ps(s[j]);
+        for (int u = 0; u < width; ++u) acc[u] = _mm512_fmadd_ps(p, _mm512_loadu_ps(v + 16 * u), acc[u]);
+      }
+      for (int u = 0; u < width; ++u) _mm512_storeu_ps(o + 16 * (c0 + u), _mm512_mul_ps(acc[u], inv));
+    }
+  }
+}
+
+}  // namespace hetero::internal

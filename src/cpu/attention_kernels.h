@@ -1,0 +1,32 @@
+// Decode attention kernels: AVX-512 (attention_avx512.cc, built with AVX-512 flags, so this
+// header stays free of library headers whose inline code that file would otherwise emit
+// with AVX-512 instructions) and portable (attention.cc).
+#ifndef HETERO_CPU_ATTENTION_KERNELS_H_
+#define HETERO_CPU_ATTENTION_KERNELS_H_
+
+#include <cstddef>
+
+namespace hetero {
+namespace internal {
+// One decode step of the `group` query heads that share one KV head: key j of the sequence
+// is at blocks[j / block_tokens] + k_offset + (j % block_tokens) * head_dim (values at
+// v_offset). `q` and `out` hold group x head_dim floats.
+struct DecodeQuery {
+  const float* q;
+  int group;
+  int head_dim;  // a multiple of 16 for the AVX-512 kernel
+  int n_keys;
+  const float* const* blocks;
+  int block_tokens;
+  size_t k_offset;
+  size_t v_offset;
+  float scale;
+};
+// `scores`: group x round_up(n_keys, 16) floats of scratch.
+void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
+void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
+}  // namespace internal
+
+}  // namespace hetero
+
+#endif  // HETERO_CPU_ATTENTION_KERNELS_H_
