@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
       number(options.threads);
     } else if (a == "--scheduler") {
       options.scheduler = value();
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: serve_many [-m MODEL] [-s SESSIONS] [-n TOKENS] [-t THREADS] [--scheduler seed|all-cpu|all-gpu|cost]\n");
+      return 0;
     } else {
       return Fail("unknown option '" + a + "' (usage: serve_many [-m MODEL] [-s N] [-n TOKENS] [-t THREADS] [--scheduler NAME])");
     }
