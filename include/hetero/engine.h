@@ -26,6 +26,7 @@
 #include "hetero/export.h"
 #include "hetero/sampling.h"
 #include "hetero/scheduler.h"
+#include "hetero/tools.h"
 
 namespace hetero {
 
@@ -56,14 +57,30 @@ struct StageReport {
   double joules = -1;    // not measured yet (energy meters: a later issue)
 };
 
+// One tool call of a task: what was asked, and what came of it.
+struct ToolCallReport {
+  int round = 0;               // 0: the first ToolCall stage of the task
+  std::string name;            // as the model wrote it (may be unknown)
+  std::string arguments_json;
+  // "ok", "parse_error", "unknown_tool", "invalid_arguments", "handler_error", "timeout"
+  std::string outcome;
+  std::string detail;          // the error, for every outcome but "ok"
+  size_t result_bytes = 0;     // the handler's result before truncation
+  bool truncated = false;      // the model saw max_tool_result_bytes of it
+  double ms = 0;               // the handler's time (the timeout, if it timed out)
+};
+
 struct TaskReport {
   std::vector<StageReport> stages;
+  std::vector<ToolCallReport> tool_calls;
   int prompt_tokens = 0;         // the whole conversation, last Understand
   int reused_prompt_tokens = 0;  // of those, already in the session's KV cache
   int generated_tokens = 0;      // over all Generate stages
   double time_to_first_token_ms = 0;
   double total_ms = 0;
-  std::string stop_reason;       // of the last Generate
+  std::string stop_reason;       // of the last Generate ("max_tool_rounds" when the
+                                 // model still called tools after the last round)
+  std::string tool_format;       // the tool-call format used; empty without a registry
 };
 
 struct RunResult {
@@ -89,6 +106,17 @@ struct RunOptions {
   std::function<bool(std::string_view piece)> on_text;
   ToolHandler tools;                     // unset: replies are final
   int max_tool_rounds = 4;
+  // The agent loop (docs/TOOLS.md): when set, the tools are described to the model (the
+  // chat template's tool section, or a system prompt for the generic format), calls are
+  // parsed, validated and run in parallel with their timeouts, and results go back to the
+  // model until it answers or max_tool_rounds is reached; failures become results the
+  // model sees. `tools` above is then ignored.
+  std::shared_ptr<const ToolRegistry> tool_registry;
+  ToolCallFormat tool_format = ToolCallFormat::kAuto;
+  // Tool calls are valid by construction: once a call opens, sampling is masked to the
+  // registered names and each tool's argument schema.
+  bool constrain_tool_calls = true;
+  size_t max_tool_result_bytes = 16384;  // longer results are cut, and the model told
   bool ignore_end_of_generation = false; // benchmarks: always generate max_tokens
 };
 

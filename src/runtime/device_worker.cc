@@ -175,7 +175,24 @@ bool DeviceWorker::Expired(GenerationJob& job, Clock::time_point now) {
 }
 
 bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
-  const int32_t token = job.sampler->Sample(logits, job.history);
+  int32_t token;
+  if (job.constraint != nullptr) {
+    // Sample as usual; only if the token breaks the constraint, mask and sample again
+    // (which draws from exactly the masked distribution).
+    job.unmasked_logits.assign(logits.begin(), logits.end());
+    token = job.sampler->Sample(logits, job.history);
+    if (!job.constraint->Allows(token)) {
+      std::copy(job.unmasked_logits.begin(), job.unmasked_logits.end(), logits.begin());
+      if (!job.constraint->Mask(logits)) {
+        job.status = absl::InternalError("constrained decoding: no token can continue the tool call");
+        return true;
+      }
+      token = job.sampler->Sample(logits, job.history);
+    }
+    job.constraint->Accept(token);
+  } else {
+    token = job.sampler->Sample(logits, job.history);
+  }
   if (job.generated.empty() && job.first_token == Clock::time_point{}) job.first_token = Clock::now();
   if (!job.ignore_end_of_generation && tokenizer_.IsEndOfGeneration(token)) {
     job.stop_reason = "end_of_generation";

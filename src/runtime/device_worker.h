@@ -20,6 +20,7 @@
 #include "hetero/tokenizer.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/sampler.h"
+#include "src/runtime/token_constraint.h"
 #include "src/runtime/sync.h"
 
 namespace hetero {
@@ -39,6 +40,7 @@ struct GenerationJob {
   std::function<bool(std::string_view)> on_text;
   std::optional<Clock::time_point> deadline;
   const std::atomic<bool>* cancelled = nullptr;
+  std::unique_ptr<TokenConstraint> constraint;  // only tokens it allows are sampled
 
   // Results (written by the worker; read after done).
   absl::Status status;
@@ -54,6 +56,7 @@ struct GenerationJob {
   int32_t pending_token = -1;      // sampled, not yet decoded
   size_t streamed = 0;
   std::unique_ptr<StreamingDetokenizer> detokenizer;
+  std::vector<float> unmasked_logits;  // constrained sampling's copy
 };
 
 class DeviceWorker {

@@ -10,6 +10,7 @@
 #include "src/runtime/log_internal.h"
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/status_macros.h"
+#include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
 
@@ -102,6 +103,12 @@ struct Engine::Impl : public StageServices {
   DeviceWorker& Worker(Device) override { return *cpu_worker; }
   const ChatTemplate& chat_template() const override { return *chat; }
   const Tokenizer& tokenizer() const override { return *tokenizer_owned; }
+  std::shared_ptr<const internal::VocabBytes> vocab_bytes() override {
+    MutexLock lock(&mu);
+    if (vocab_bytes_ == nullptr) vocab_bytes_ = std::make_shared<const internal::VocabBytes>(*tokenizer_owned);
+    return vocab_bytes_;
+  }
+  std::shared_ptr<const internal::VocabBytes> vocab_bytes_ ABSL_GUARDED_BY(mu);
 
   // Frees the KV of idle sessions, least recently used first, until `needed` tokens are
   // free or none is left. Runs on a worker thread.
@@ -287,15 +294,47 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   task.messages = &messages;
   task.kv = &s.kv;
 
+  const ToolRegistry* registry = options.tool_registry.get();
+  if (registry != nullptr) {
+    task.tool_format = internal::ResolveToolFormat(s.engine->chat_template(), options.tool_format);
+    task.report.tool_format = std::string(ToolCallFormatName(task.tool_format));
+    if (options.constrain_tool_calls) {
+      std::vector<std::string> names;
+      std::vector<const internal::SchemaNode*> schemas;
+      for (size_t i = 0; i < registry->size(); ++i) {
+        names.push_back(registry->tool(i).name);
+        schemas.push_back(&registry->schema(i).root());
+      }
+      task.tool_grammar = task.tool_format == ToolCallFormat::kGeneric
+                              ? internal::Grammar::GenericReply(names, schemas)
+                              : internal::Grammar::ToolCall(names, schemas,
+                                                            task.tool_format == ToolCallFormat::kLlama3 ? "parameters"
+                                                                                                         : "arguments");
+    }
+  }
+
   absl::Status status;
+  std::string answer;
   for (int round = 0;; ++round) {
+    task.tool_round = round;
     status = UnderstandStage().Run(task);
     if (status.ok()) status = GenerateStage().Run(task);
     if (!status.ok()) break;
-    const bool tool = options.tools.is_tool_call && options.tools.run && round < options.max_tool_rounds &&
-                      options.tools.is_tool_call(task.reply);
+    bool tool;
+    if (registry != nullptr) {
+      tool = task.parsed.is_tool_call();
+      if (tool && round >= options.max_tool_rounds) {
+        task.report.stop_reason = "max_tool_rounds";
+        tool = false;
+      }
+      answer = task.parsed.text;
+    } else {
+      tool = options.tools.is_tool_call && options.tools.run && round < options.max_tool_rounds &&
+             options.tools.is_tool_call(task.reply);
+      answer = task.reply;
+    }
     if (!tool) {
-      messages.push_back(ChatMessage{"assistant", task.reply, {}, "", ""});
+      messages.push_back(ChatMessage{"assistant", task.reply});
       break;
     }
     status = ToolCallStage().Run(task);
@@ -318,7 +357,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   // The session's KV is now free or evictable: a job waiting for memory may go.
   s.engine->cpu_worker->Poke();
   if (!status.ok()) return status;
-  return RunResult{task.reply, std::move(task.report)};
+  return RunResult{answer, std::move(task.report)};
 }
 
 }  // namespace hetero

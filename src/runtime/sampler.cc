@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -50,52 +51,76 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
   if (params_.temperature == 0.0f) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
-  // Candidates sorted by logit (descending; lower id first on ties, for determinism).
+  // Candidates: every token with a finite logit (constrained decoding masks with -inf).
   candidates_.clear();
-  candidates_.reserve(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; };
-  size_t n = candidates_.size();
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-    n = params_.top_k;
-    std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(), by_logit);
-  } else {
-    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!(logits[i] > -std::numeric_limits<float>::infinity())) continue;
+    candidates_.push_back({logits[i], static_cast<int32_t>(i), 0.0});
+    max_logit = std::max(max_logit, logits[i]);
   }
-  // Probabilities at the sampling temperature.
-  const double max_logit = candidates_[0].first;
-  std::vector<double> probs(n);
+  if (candidates_.empty()) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  // The order: descending logit, lower id first on ties (deterministic). Only as much of
+  // it is sorted as the cut-offs and the draw need: sorting all 49k candidates of every
+  // step cost more than a decode step.
+  const auto by_logit = [](const Candidate& a, const Candidate& b) {
+    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  };
+  size_t sorted = 0;
+  const auto sort_prefix = [&](size_t m) {
+    m = std::min(m, candidates_.size());
+    if (m <= sorted) return;
+    m = std::min(candidates_.size(), std::max(m, 4 * sorted));  // grow geometrically
+    if (m > candidates_.size() / 8) {
+      std::sort(candidates_.begin(), candidates_.end(), by_logit);  // cheaper than a deep heap
+      m = candidates_.size();
+    } else {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
+    }
+    sorted = m;
+  };
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < candidates_.size()) {
+    sort_prefix(params_.top_k);
+    candidates_.resize(params_.top_k);
+    sorted = std::min(sorted, candidates_.size());
+  }
+  // Probabilities at the sampling temperature; min-p (relative to the top token, whose
+  // probability is 1 here) drops the unlikely ones without needing the order.
   double total = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    probs[i] = std::exp((candidates_[i].first - max_logit) / params_.temperature);
-    total += probs[i];
+  size_t kept = 0;
+  for (Candidate& c : candidates_) {
+    c.p = std::exp((static_cast<double>(c.logit) - max_logit) / params_.temperature);
+    if (params_.min_p > 0.0f && c.p < params_.min_p) continue;
+    candidates_[kept++] = c;
+    total += c.p;
   }
-  // min-p relative to the top token, then top-p over what is left.
-  size_t keep = n;
-  if (params_.min_p > 0.0f) {
-    const double floor = params_.min_p * probs[0];
-    keep = 1;
-    while (keep < n && probs[keep] >= floor) ++keep;
-  }
+  candidates_.resize(kept);
+  sorted = std::min(sorted, kept);
+  if (sorted > 0 && params_.min_p > 0.0f) sorted = 0;  // compaction may have broken the order
+  size_t keep = kept;
   if (params_.top_p < 1.0f) {
-    double kept_total = 0.0;
-    for (size_t i = 0; i < keep; ++i) kept_total += probs[i];
+    // The smallest most-likely prefix holding top_p of the mass.
     double mass = 0.0;
     size_t cut = 0;
     while (cut < keep) {
-      mass += probs[cut++];
-      if (mass >= params_.top_p * kept_total) break;
+      if (cut == sorted) sort_prefix(std::max<size_t>(64, 2 * sorted));
+      mass += candidates_[cut++].p;
+      if (mass >= params_.top_p * total) break;
     }
     keep = std::max<size_t>(cut, 1);
+    total = 0.0;
+    for (size_t i = 0; i < keep; ++i) total += candidates_[i].p;
   }
-  total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += probs[i];
+  // The draw: any fixed order of the kept candidates gives the same distribution, so the
+  // array's own (deterministic) order is used.
   double r = Uniform() * total;
   for (size_t i = 0; i < keep; ++i) {
-    r -= probs[i];
-    if (r < 0.0) return candidates_[i].second;
+    r -= candidates_[i].p;
+    if (r < 0.0) return candidates_[i].id;
   }
-  return candidates_[keep - 1].second;
+  return candidates_[keep - 1].id;
 }
 
 }  // namespace hetero

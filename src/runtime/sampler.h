@@ -32,7 +32,12 @@ class Sampler {
 
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // scratch
+  struct Candidate {
+    float logit;
+    int32_t id;
+    double p;
+  };
+  std::vector<Candidate> candidates_;  // scratch
 };
 
 }  // namespace hetero

@@ -1,5 +1,6 @@
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/status_macros.h"
+#include "src/runtime/tools/reply_stream.h"
 
 namespace hetero {
 
@@ -17,6 +18,15 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   job->ignore_end_of_generation = task.options->ignore_end_of_generation;
   job->stop_strings = task.options->stop;
   job->on_text = task.options->on_text;
+  if (task.options->tool_registry != nullptr) {
+    // The user sees only answer text, never tool-call markup.
+    auto stream = std::make_shared<internal::ReplyStream>(task.tool_format, task.options->on_text);
+    job->on_text = [stream](std::string_view piece) { return stream->Push(piece); };
+    if (task.tool_grammar != nullptr) {
+      job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), task.tool_grammar,
+                                                                       task.tool_format);
+    }
+  }
   job->deadline = task.deadline;
   job->cancelled = task.cancelled;
   HETERO_RETURN_IF_ERROR(worker.Submit(job));
@@ -52,6 +62,7 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   }
   if (!job->status.ok()) return job->status;
   task.reply = job->text;
+  if (task.options->tool_registry != nullptr) task.parsed = ParseToolCalls(task.reply, task.tool_format);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,8 @@
 #include "hetero/tokenizer.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/device_worker.h"
+#include "src/runtime/tools/json_matcher.h"
+#include "src/runtime/tools/tool_call_constraint.h"
 
 namespace hetero {
 
@@ -27,6 +29,8 @@ class StageServices {
   virtual DeviceWorker& Worker(Device device) = 0;
   virtual const ChatTemplate& chat_template() const = 0;
   virtual const Tokenizer& tokenizer() const = 0;
+  // Every token's bytes, for constrained decoding (built on first use).
+  virtual std::shared_ptr<const internal::VocabBytes> vocab_bytes() = 0;
 };
 
 // A session's KV state: which backend sequence holds which tokens.
@@ -52,6 +56,13 @@ struct TaskContext {
   std::vector<int32_t> prompt_tokens;
   size_t reused_tokens = 0;
   Placement generate_placement;
+  // Tools (RunOptions::tool_registry): the format in use, the grammar that constrains
+  // calls (null when unconstrained), the round, and Generate's reply parsed.
+  ToolCallFormat tool_format = ToolCallFormat::kGeneric;
+  std::shared_ptr<const internal::Grammar> tool_grammar;
+  int tool_round = 0;
+  ParsedReply parsed;
+
   // Set by Generate.
   std::string reply;
 

@@ -1,8 +1,49 @@
 #include "absl/strings/str_cat.h"
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/status_macros.h"
+#include "src/runtime/tools/tool_runner.h"
 
 namespace hetero {
+
+namespace {
+
+// The messages the tool round adds: the assistant's turn with its calls, then one result
+// per call (the registry's agent loop), or whatever the caller's ToolHandler returns.
+absl::StatusOr<std::vector<ChatMessage>> RunTools(TaskContext& task) {
+  std::vector<ChatMessage> out;
+  const RunOptions& options = *task.options;
+  if (options.tool_registry == nullptr) {
+    HETERO_ASSIGN_OR_RETURN(std::vector<ChatMessage> results, options.tools.run(task.reply));
+    out.push_back(ChatMessage{"assistant", task.reply});
+    for (ChatMessage& m : results) out.push_back(std::move(m));
+    return out;
+  }
+  std::vector<internal::ToolRunResult> runs = internal::RunToolCalls(
+      *options.tool_registry, task.parsed.calls, task.tool_round, options.max_tool_result_bytes, task.cancelled);
+  if (task.cancelled != nullptr && task.cancelled->load()) return absl::CancelledError("cancelled during a tool call");
+  ChatMessage assistant{"assistant", task.reply};
+  if (task.tool_format != ToolCallFormat::kGeneric) {
+    // The template writes the calls in its own syntax.
+    assistant.content = task.parsed.text;
+    for (size_t i = 0; i < task.parsed.calls.size(); ++i) {
+      const ParsedToolCall& call = task.parsed.calls[i];
+      if (!call.error.empty()) continue;
+      assistant.tool_calls.push_back({absl::StrCat("call_", task.tool_round, "_", i), call.name, call.arguments_json});
+      if (task.tool_format == ToolCallFormat::kLlama3) break;  // one call per Llama 3.1 turn
+    }
+  }
+  out.push_back(std::move(assistant));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    ChatMessage result{"tool", runs[i].content};
+    result.tool_call_id = absl::StrCat("call_", task.tool_round, "_", i);
+    result.name = task.parsed.calls[i].name;
+    out.push_back(std::move(result));
+    task.report.tool_calls.push_back(std::move(runs[i].report));
+  }
+  return out;
+}
+
+}  // namespace
 
 absl::Status ToolCallStage::Run(TaskContext& task) {
   StageServices& services = *task.services;
@@ -28,7 +69,7 @@ absl::Status ToolCallStage::Run(TaskContext& task) {
     }
     if (placement.kv_policy != KvPolicy::kKeep) services.Worker(kv.device).Poke();  // memory freed
   }
-  absl::StatusOr<std::vector<ChatMessage>> results = task.options->tools.run(task.reply);
+  absl::StatusOr<std::vector<ChatMessage>> results = RunTools(task);
   // The KV comes back before anything else can fail, so nothing leaks.
   if (kv.swapped.has_value()) {
     absl::StatusOr<SequenceId> seq = backend.SwapIn(*kv.swapped);
@@ -42,7 +83,6 @@ absl::Status ToolCallStage::Run(TaskContext& task) {
   if (!results.ok()) {
     return absl::Status(results.status().code(), absl::StrCat("tool: ", results.status().message()));
   }
-  task.messages->push_back(ChatMessage{"assistant", task.reply, {}, "", ""});
   for (ChatMessage& m : *results) task.messages->push_back(std::move(m));
 
   StageReport r;

@@ -2,6 +2,7 @@
 
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/status_macros.h"
+#include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
 
@@ -29,8 +30,17 @@ void ReleaseSessionKv(StageServices& services, SessionKv& kv) {
 absl::Status UnderstandStage::Run(TaskContext& task) {
   StageServices& services = *task.services;
   const auto start = Clock::now();
-  HETERO_ASSIGN_OR_RETURN(std::string prompt,
-                          services.chat_template().Render(*task.messages, {}, /*add_generation_prompt=*/true));
+  std::string prompt;
+  const ToolRegistry* tools = task.options->tool_registry.get();
+  if (tools == nullptr) {
+    HETERO_ASSIGN_OR_RETURN(prompt, services.chat_template().Render(*task.messages, {}, /*add_generation_prompt=*/true));
+  } else if (internal::TemplateDescribesTools(services.chat_template(), task.tool_format)) {
+    HETERO_ASSIGN_OR_RETURN(prompt, services.chat_template().Render(*task.messages, tools->Definitions(), true));
+  } else {
+    const std::vector<ChatMessage> shown =
+        internal::MessagesWithToolPrompt(*task.messages, *tools, task.tool_format, services.chat_template());
+    HETERO_ASSIGN_OR_RETURN(prompt, services.chat_template().Render(shown, {}, /*add_generation_prompt=*/true));
+  }
   HETERO_ASSIGN_OR_RETURN(task.prompt_tokens, services.tokenizer().Encode(prompt, /*add_bos=*/false, /*parse_special=*/true));
   if (task.prompt_tokens.empty()) return absl::InvalidArgumentError("the conversation renders to no tokens");
 

@@ -1,0 +1,73 @@
+// The TokenConstraint for tool calls: a JsonMatcher over a tool-call grammar, applied to
+// tokens through their bytes. Per format it starts at once (generic), after the
+// "<tool_call>" marker (Hermes; then "</tool_call>" must close the call, and free text may
+// follow), or when the reply opens with '{' (Llama 3.1). Masks are cached per matcher
+// state, and tokens are bucketed by first byte so that most are rejected by one test.
+#ifndef HETERO_RUNTIME_TOOLS_TOOL_CALL_CONSTRAINT_H_
+#define HETERO_RUNTIME_TOOLS_TOOL_CALL_CONSTRAINT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "hetero/tokenizer.h"
+#include "hetero/tools.h"
+#include "src/runtime/token_constraint.h"
+#include "src/runtime/tools/json_matcher.h"
+
+namespace hetero::internal {
+
+// Every token's bytes and first-byte buckets, built once per tokenizer.
+struct VocabBytes {
+  explicit VocabBytes(const Tokenizer& tokenizer);
+  std::vector<std::string> bytes;           // text bytes; a special token's own text
+  std::vector<bool> special;                // control tokens: never inside a call
+  std::vector<bool> end_of_generation;
+  std::vector<int32_t> by_first_byte[256];  // non-special tokens, by their first byte
+};
+
+class ToolCallConstraint : public TokenConstraint {
+ public:
+  // `grammar` must outlive the constraint (shared ownership through the pointer).
+  ToolCallConstraint(std::shared_ptr<const VocabBytes> vocab, std::shared_ptr<const Grammar> grammar,
+                     ToolCallFormat format);
+
+  bool Allows(int32_t token) override;
+  bool Mask(absl::Span<float> logits) override;
+  void Accept(int32_t token) override;
+
+  // Statistics for reports and benchmarks.
+  int masks_computed() const { return masks_computed_; }
+  int masks_cached() const { return masks_cached_; }
+  // The output left the grammar (an unconstrained token completed a marker with bytes the
+  // grammar refuses); constraint is off for the rest of the job.
+  bool broken() const { return state_.phase == Phase::kBroken; }
+
+ private:
+  enum class Phase : uint8_t { kWaiting, kJson, kSuffix, kDone, kFree, kBroken };
+  struct State {
+    Phase phase;
+    uint8_t spaces = 0;      // whitespace bytes taken before the JSON or the closing tag
+    uint8_t suffix_pos = 0;  // kSuffix: bytes of "</tool_call>" matched
+    std::string recent;      // kWaiting: the text's tail, to find the marker
+    JsonMatcher matcher;
+  };
+  bool Feed(State& s, uint8_t byte) const;
+  bool FeedAll(State& s, std::string_view bytes) const;
+  bool AllowsEnd(const State& s) const;
+  bool AllowsToken(const State& s, int32_t token) const;
+  std::string CacheKey() const;
+
+  std::shared_ptr<const VocabBytes> vocab_;
+  std::shared_ptr<const Grammar> grammar_;
+  ToolCallFormat format_;
+  State state_;
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> cache_;
+  int masks_computed_ = 0;
+  int masks_cached_ = 0;
+};
+
+}  // namespace hetero::internal
+
+#endif  // HETERO_RUNTIME_TOOLS_TOOL_CALL_CONSTRAINT_H_

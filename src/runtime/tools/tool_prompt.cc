@@ -1,0 +1,91 @@
+#include "src/runtime/tools/tool_prompt.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace hetero::internal {
+namespace {
+
+// The schema as compact JSON (it was validated at registration, so it parses).
+std::string CompactSchema(const std::string& schema) {
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(schema, nullptr, false);
+  return j.is_discarded() ? schema : j.dump();
+}
+
+std::string ToolList(const ToolRegistry& tools) {
+  std::string out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Tool& t = tools.tool(i);
+    absl::StrAppend(&out, "- ", t.name, ": ", t.description, " Arguments: ", CompactSchema(t.parameters_json), "\n");
+  }
+  return out;
+}
+
+std::string Instructions(const ToolRegistry& tools, ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      return absl::StrCat("You can call these tools:\n", ToolList(tools),
+                          "To call a tool, write <tool_call>{\"name\": \"<tool name>\", \"arguments\": {<arguments>}}"
+                          "</tool_call>. Tool results come back in the next turn; then answer the user.");
+    case ToolCallFormat::kLlama3:
+      return absl::StrCat("You can call these tools:\n", ToolList(tools),
+                          "To call a tool, reply with only {\"name\": \"<tool name>\", \"parameters\": {<arguments>}}. "
+                          "Tool results come back in the next turn; then answer the user.");
+    default:
+      return absl::StrCat(
+          "You can call tools to find answers. Always reply with exactly one JSON object.\n"
+          "To call tools: {\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<arguments>}}]}\n"
+          "To answer the user: {\"response\": \"<your answer>\"}\n"
+          "Tools:\n",
+          ToolList(tools), "Use a tool for any calculation, conversion or fact lookup; then answer with the result.");
+  }
+}
+
+}  // namespace
+
+ToolCallFormat ResolveToolFormat(const ChatTemplate& chat, ToolCallFormat requested) {
+  if (requested != ToolCallFormat::kAuto) return requested;
+  if (!chat.supports_tools()) return ToolCallFormat::kGeneric;
+  return absl::StartsWith(chat.Describe(), "llama3") ? ToolCallFormat::kLlama3 : ToolCallFormat::kHermes;
+}
+
+bool TemplateDescribesTools(const ChatTemplate& chat, ToolCallFormat format) {
+  if (format == ToolCallFormat::kGeneric || !chat.supports_tools()) return false;
+  const bool llama = absl::StartsWith(chat.Describe(), "llama3");
+  return llama == (format == ToolCallFormat::kLlama3);
+}
+
+std::vector<ChatMessage> MessagesWithToolPrompt(const std::vector<ChatMessage>& messages, const ToolRegistry& tools,
+                                                ToolCallFormat format, const ChatTemplate& chat) {
+  std::vector<ChatMessage> out;
+  const std::string instructions = Instructions(tools, format);
+  size_t i = 0;
+  if (!messages.empty() && messages[0].role == "system") {
+    out.push_back({"system", absl::StrCat(messages[0].content, "\n\n", instructions)});
+    i = 1;
+  } else {
+    const std::string& base = chat.default_system_prompt();
+    out.push_back({"system", base.empty() ? instructions : absl::StrCat(base, "\n\n", instructions)});
+  }
+  for (; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "tool") {
+      out.push_back(m);
+      continue;
+    }
+    // Consecutive tool results become one user turn.
+    std::string text = "Tool results:\n";
+    for (; i < messages.size() && messages[i].role == "tool"; ++i) {
+      absl::StrAppend(&text, messages[i].name.empty() ? "tool" : messages[i].name, ": ", messages[i].content, "\n");
+    }
+    --i;
+    absl::StrAppend(&text, format == ToolCallFormat::kGeneric
+                               ? "Answer with {\"response\": \"...\"}, or call more tools."
+                               : "Answer the user, or call more tools.");
+    out.push_back({"user", text});
+  }
+  return out;
+}
+
+}  // namespace hetero::internal

@@ -1,0 +1,120 @@
+#include "src/runtime/tools/tool_runner.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace hetero::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Shared between the waiting stage and a handler's thread, which may outlive the wait.
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  absl::StatusOr<std::string> result = absl::UnknownError("not run");
+};
+
+}  // namespace
+
+std::string TruncateResult(const std::string& text, size_t max_bytes, bool& truncated) {
+  truncated = text.size() > max_bytes;
+  if (!truncated) return text;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return absl::StrCat(text.substr(0, cut), "\n[truncated: ", cut, " of ", text.size(), " bytes shown]");
+}
+
+std::vector<ToolRunResult> RunToolCalls(const ToolRegistry& registry, const std::vector<ParsedToolCall>& calls,
+                                        int round, size_t max_result_bytes, const std::atomic<bool>* cancelled) {
+  std::vector<ToolRunResult> results(calls.size());
+  std::vector<std::shared_ptr<Pending>> pending(calls.size());
+  std::vector<Clock::time_point> started(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const ParsedToolCall& call = calls[i];
+    ToolCallReport& r = results[i].report;
+    r.round = round;
+    r.name = call.name;
+    r.arguments_json = call.arguments_json;
+    if (!call.error.empty()) {
+      r.outcome = "parse_error";
+      r.detail = call.error;
+      results[i].content = absl::StrCat("error: the tool call could not be read: ", call.error);
+      continue;
+    }
+    const Tool* tool = registry.Find(call.name);
+    if (tool == nullptr) {
+      std::vector<std::string> names;
+      for (size_t t = 0; t < registry.size(); ++t) names.push_back(registry.tool(t).name);
+      r.outcome = "unknown_tool";
+      r.detail = absl::StrCat("no tool named '", call.name, "'");
+      results[i].content = absl::StrCat("error: there is no tool named '", call.name, "'; the tools are: ",
+                                        absl::StrJoin(names, ", "));
+      continue;
+    }
+    if (absl::Status valid = registry.ValidateArguments(call.name, call.arguments_json); !valid.ok()) {
+      r.outcome = "invalid_arguments";
+      r.detail = std::string(valid.message());
+      results[i].content = absl::StrCat("error: invalid arguments for ", call.name, ": ", valid.message());
+      continue;
+    }
+    auto p = std::make_shared<Pending>();
+    pending[i] = p;
+    started[i] = Clock::now();
+    std::thread([p, handler = tool->handler, args = call.arguments_json] {
+      absl::StatusOr<std::string> out = absl::UnknownError("no result");
+      try {
+        out = handler(args);
+      } catch (const std::exception& e) {
+        out = absl::InternalError(absl::StrCat("the tool threw an exception: ", e.what()));
+      } catch (...) {
+        out = absl::InternalError("the tool threw an exception");
+      }
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->result = std::move(out);
+      p->done = true;
+      p->cv.notify_all();
+    }).detach();
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (pending[i] == nullptr) continue;
+    ToolCallReport& r = results[i].report;
+    const Tool* tool = registry.Find(calls[i].name);
+    const Clock::time_point deadline = started[i] + tool->timeout;
+    Pending& p = *pending[i];
+    std::unique_lock<std::mutex> lock(p.mu);
+    // Wake now and then to notice a cancelled task.
+    while (!p.done && Clock::now() < deadline && !(cancelled != nullptr && cancelled->load())) {
+      p.cv.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+    }
+    r.ms = std::chrono::duration<double, std::milli>(Clock::now() - started[i]).count();
+    if (!p.done) {
+      const bool was_cancelled = cancelled != nullptr && cancelled->load();
+      r.outcome = "timeout";
+      r.detail = was_cancelled ? "the task was cancelled while the tool ran"
+                               : absl::StrCat("no result within ", tool->timeout.count(), " ms");
+      results[i].content = absl::StrCat("error: ", calls[i].name, " did not answer within ", tool->timeout.count(), " ms");
+      continue;
+    }
+    if (!p.result.ok()) {
+      r.outcome = "handler_error";
+      r.detail = std::string(p.result.status().message());
+      results[i].content = absl::StrCat("error: ", calls[i].name, " failed: ", p.result.status().message());
+      continue;
+    }
+    r.outcome = "ok";
+    r.result_bytes = p.result->size();
+    results[i].content = TruncateResult(*p.result, max_result_bytes, r.truncated);
+  }
+  return results;
+}
+
+}  // namespace hetero::internal

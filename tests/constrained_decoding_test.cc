@@ -1,0 +1,171 @@
+// Constrained decoding with the default model's tokenizer: random logits (biased toward
+// tokens that close strings and objects, so that runs end), sampled the way the device
+// worker samples (draw, and only when the draw breaks the grammar, mask and draw again).
+// Every run must end in a reply that parses and whose calls validate: 200 runs over 5
+// schemas, fixed seeds.
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/model.h"
+#include "hetero/tokenizer.h"
+#include "hetero/tools.h"
+#include "src/runtime/sampler.h"
+#include "src/runtime/tools/tool_call_constraint.h"
+#include "tests/support/default_model.h"
+
+namespace hetero::internal {
+namespace {
+
+const char* const kSchemas[] = {
+    R"({"type": "object", "properties": {"expression": {"type": "string", "maxLength": 40}}, "required": ["expression"]})",
+    R"({"type": "object", "properties": {"value": {"type": "number", "minimum": -100, "maximum": 1000},
+        "from": {"type": "string", "enum": ["km", "mi", "m", "ft"]}, "to": {"type": "string", "enum": ["km", "mi", "m", "ft"]}},
+        "required": ["value", "from", "to"]})",
+    R"({"type": "object", "properties": {"utc_offset": {"type": "string", "maxLength": 6}}})",
+    R"({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99},
+        "minItems": 1, "maxItems": 4}, "exact": {"type": "boolean"}}, "required": ["items"]})",
+    R"({"type": "object", "properties": {"query": {"type": "object", "properties": {"key": {"type": "string", "minLength": 1, "maxLength": 20},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 10}}, "required": ["key"]}, "note": {"type": "null"}}, "required": ["query"]})",
+};
+
+class ConstrainedDecodingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(kDefaultModelPath)) return;
+    model_ = std::move(*Model::Load(kDefaultModelPath));
+    tokenizer_ = std::move(*Tokenizer::Create(*model_));
+    vocab_ = std::make_shared<VocabBytes>(*tokenizer_);
+  }
+  static void TearDownTestSuite() {
+    vocab_.reset();
+    tokenizer_.reset();
+    model_.reset();
+  }
+  void SetUp() override { HETERO_SKIP_WITHOUT_DEFAULT_MODEL(); }
+
+  static std::unique_ptr<Model> model_;
+  static std::unique_ptr<Tokenizer> tokenizer_;
+  static std::shared_ptr<VocabBytes> vocab_;
+};
+std::unique_ptr<Model> ConstrainedDecodingTest::model_;
+std::unique_ptr<Tokenizer> ConstrainedDecodingTest::tokenizer_;
+std::shared_ptr<VocabBytes> ConstrainedDecodingTest::vocab_;
+
+Tool MakeTool(std::string name, const char* schema) {
+  Tool t;
+  t.name = std::move(name);
+  t.description = "test";
+  t.parameters_json = schema;
+  t.handler = [](const std::string& a) -> absl::StatusOr<std::string> { return a; };
+  return t;
+}
+
+TEST_F(ConstrainedDecodingTest, RandomRunsAlwaysGiveValidCalls) {
+  const int vocab = tokenizer_->vocab_size();
+  std::vector<float> bias(vocab, 0.0f);
+  for (int id = 0; id < vocab; ++id) {
+    const std::string& b = vocab_->bytes[id];
+    if (b.find_first_of("\"}],") != std::string::npos) bias[id] = 2.5f;
+    if (!b.empty() && b[0] == '"') bias[id] = 4.0f;  // ends a string
+  }
+  std::vector<float> noise_pool(1 << 20);
+  std::mt19937 pool_rng(5);
+  std::normal_distribution<float> noise(0.0f, 2.0f);
+  for (float& v : noise_pool) v = noise(pool_rng);
+  int runs = 0, with_calls = 0, masks = 0;
+  for (int s = 0; s < 5; ++s) {
+    ToolRegistry tools;
+    ASSERT_TRUE(tools.Register(MakeTool("tool_" + std::to_string(s), kSchemas[s])).ok());
+    ASSERT_TRUE(tools.Register(MakeTool("other", kSchemas[(s + 1) % 5])).ok());
+    std::shared_ptr<const Grammar> grammar =
+        Grammar::GenericReply({tools.tool(0).name, tools.tool(1).name}, {&tools.schema(0).root(), &tools.schema(1).root()});
+    for (int run = 0; run < 40; ++run, ++runs) {
+      std::mt19937 rng(1000 * s + run);
+      SamplingParams params;
+      params.temperature = 1.0f;
+      params.seed = 7 * run + s;
+      Sampler sampler = *Sampler::Create(params);
+      ToolCallConstraint constraint(vocab_, grammar, ToolCallFormat::kGeneric);
+      std::vector<float> logits(vocab), saved;
+      std::vector<int32_t> history;
+      std::string text;
+      bool ended = false;
+      for (int step = 0; step < 1500 && !ended; ++step) {
+        // Noise from a fixed pool at a random offset: generating 49k normals per step
+        // would dominate the test's time.
+        const float* n = noise_pool.data() + rng() % (noise_pool.size() - vocab);
+        for (int id = 0; id < vocab; ++id) logits[id] = n[id] + bias[id];
+        saved = logits;
+        int32_t token = sampler.Sample(absl::MakeSpan(logits), history);
+        if (!constraint.Allows(token)) {
+          logits = saved;
+          ASSERT_TRUE(constraint.Mask(absl::MakeSpan(logits))) << "dead end after: " << text;
+          token = sampler.Sample(absl::MakeSpan(logits), history);
+          ASSERT_TRUE(constraint.Allows(token));
+        }
+        constraint.Accept(token);
+        history.push_back(token);
+        if (tokenizer_->IsEndOfGeneration(token)) {
+          ended = true;
+        } else {
+          text += vocab_->bytes[token];
+        }
+      }
+      ASSERT_TRUE(ended) << "run " << runs << " did not finish: " << text;
+      masks += constraint.masks_computed();
+      const ParsedReply reply = ParseToolCalls(text, ToolCallFormat::kGeneric);
+      const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << text;
+      if (reply.is_tool_call()) ++with_calls;
+      for (const ParsedToolCall& call : reply.calls) {
+        ASSERT_EQ(call.error, "") << text;
+        EXPECT_TRUE(tools.ValidateArguments(call.name, call.arguments_json).ok())
+            << tools.ValidateArguments(call.name, call.arguments_json) << "\n" << text;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 200);
+  EXPECT_GT(with_calls, 20) << "the runs should exercise calls, not only answers";
+  EXPECT_GT(masks, 0);
+}
+
+// Hermes: free text until <tool_call>, then a valid call, then </tool_call>, then free text.
+TEST_F(ConstrainedDecodingTest, HermesConstrainsOnlyInsideTheTags) {
+  ToolRegistry tools;
+  ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
+  std::shared_ptr<const Grammar> grammar = Grammar::ToolCall({"convert"}, {&tools.schema(0).root()});
+  ToolCallConstraint c(vocab_, grammar, ToolCallFormat::kHermes);
+  const auto feed_text = [&](const std::string& s) {
+    const absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(s, false, false);
+    if (!ids.ok()) return false;
+    for (int32_t id : *ids) {
+      if (!c.Allows(id)) return false;
+      c.Accept(id);
+    }
+    return true;
+  };
+  EXPECT_TRUE(feed_text("Sure, converting now. "));
+  EXPECT_TRUE(feed_text("<tool_call>\n"));
+  EXPECT_FALSE(c.Allows(tokenizer_->FindToken("Hello")));  // inside the call: JSON only
+  EXPECT_TRUE(c.Allows(tokenizer_->eos()) == false);
+  EXPECT_TRUE(feed_text(R"({"name": "convert", "arguments": {"value": 5, "from": "km", "to": "mi"}})"));
+  EXPECT_TRUE(feed_text("\n</tool_call>"));
+  EXPECT_TRUE(feed_text(" Done."));
+  EXPECT_FALSE(c.broken());
+  // A wrong tool name is refused.
+  ToolCallConstraint d(vocab_, grammar, ToolCallFormat::kHermes);
+  const absl::StatusOr<std::vector<int32_t>> opening = tokenizer_->Encode("<tool_call>{\"name\": \"", false, false);
+  ASSERT_TRUE(opening.ok());
+  for (int32_t id : *opening) d.Accept(id);
+  std::vector<float> logits(tokenizer_->vocab_size(), 0.0f);
+  ASSERT_TRUE(d.Mask(absl::MakeSpan(logits)));
+  for (int id = 0; id < tokenizer_->vocab_size(); ++id) {
+    if (logits[id] == 0.0f) {
+      EXPECT_EQ(std::string("convert\"").rfind(vocab_->bytes[id], 0), 0u) << vocab_->bytes[id];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hetero::internal
