@@ -322,7 +322,7 @@ Tool MakeCalculatorTool() {
     "expression": {
       "type": "string",
       "minLength": 1,
-      "maxLength": 256,
+      "maxLength": 64,
       "description": "The arithmetic expression, e.g. (12.5 + 7) * 3 / 4"
     }
   },

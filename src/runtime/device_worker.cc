@@ -179,6 +179,7 @@ bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
   if (job.constraint != nullptr) {
     // Sample as usual; only if the token breaks the constraint, mask and sample again
     // (which draws from exactly the masked distribution).
+    job.constraint->SetBudget(job.max_tokens - static_cast<int>(job.generated.size()));
     job.unmasked_logits.assign(logits.begin(), logits.end());
     token = job.sampler->Sample(logits, job.history);
     if (!job.constraint->Allows(token)) {

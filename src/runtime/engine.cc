@@ -1,5 +1,6 @@
 #include "hetero/engine.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -305,6 +306,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
         names.push_back(registry->tool(i).name);
         schemas.push_back(&registry->schema(i).root());
       }
+      if (task.tool_format == ToolCallFormat::kGeneric) task.answer_grammar = internal::Grammar::GenericReply({}, {});
       task.tool_grammar = task.tool_format == ToolCallFormat::kGeneric
                               ? internal::Grammar::GenericReply(names, schemas)
                               : internal::Grammar::ToolCall(names, schemas,
@@ -315,8 +317,12 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
 
   absl::Status status;
   std::string answer;
+  std::vector<std::string> earlier_calls;  // name + arguments of every call so far
   for (int round = 0;; ++round) {
     task.tool_round = round;
+    // The last round must answer; so must a round after one that only repeated calls (a
+    // small model's loop). Only the generic format can be held to that by its grammar.
+    if (round == options.max_tool_rounds) task.answer_only = true;
     status = UnderstandStage().Run(task);
     if (status.ok()) status = GenerateStage().Run(task);
     if (!status.ok()) break;
@@ -328,6 +334,15 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
         tool = false;
       }
       answer = task.parsed.text;
+      bool all_repeated = tool;
+      for (const ParsedToolCall& call : task.parsed.calls) {
+        const std::string key = call.name + call.arguments_json;
+        if (std::find(earlier_calls.begin(), earlier_calls.end(), key) == earlier_calls.end()) {
+          all_repeated = false;
+          earlier_calls.push_back(key);
+        }
+      }
+      if (all_repeated) task.answer_only = true;
     } else {
       tool = options.tools.is_tool_call && options.tools.run && round < options.max_tool_rounds &&
              options.tools.is_tool_call(task.reply);

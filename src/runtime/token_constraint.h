@@ -19,6 +19,9 @@ class TokenConstraint {
   virtual bool Mask(absl::Span<float> logits) = 0;
   // The token was chosen (it is allowed).
   virtual void Accept(int32_t token) = 0;
+  // Tokens the job may still generate (before each step), so that a constraint can steer
+  // toward a complete output before the budget ends.
+  virtual void SetBudget(int remaining_tokens) {}
 };
 
 }  // namespace hetero

@@ -22,9 +22,10 @@ absl::Status GenerateStage::Run(TaskContext& task) {
     // The user sees only answer text, never tool-call markup.
     auto stream = std::make_shared<internal::ReplyStream>(task.tool_format, task.options->on_text);
     job->on_text = [stream](std::string_view piece) { return stream->Push(piece); };
-    if (task.tool_grammar != nullptr) {
-      job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), task.tool_grammar,
-                                                                       task.tool_format);
+    const std::shared_ptr<const internal::Grammar>& grammar =
+        task.answer_only && task.answer_grammar != nullptr ? task.answer_grammar : task.tool_grammar;
+    if (grammar != nullptr) {
+      job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), grammar, task.tool_format);
     }
   }
   job->deadline = task.deadline;

@@ -60,6 +60,10 @@ struct TaskContext {
   // calls (null when unconstrained), the round, and Generate's reply parsed.
   ToolCallFormat tool_format = ToolCallFormat::kGeneric;
   std::shared_ptr<const internal::Grammar> tool_grammar;
+  // Generic format: the answer-only grammar ({"response": ...}), used for the last round
+  // and after a round that only repeated earlier calls.
+  std::shared_ptr<const internal::Grammar> answer_grammar;
+  bool answer_only = false;
   int tool_round = 0;
   ParsedReply parsed;
 

@@ -53,7 +53,7 @@ class Grammar {
                                            std::string_view arguments_key = "arguments");
   // The generic reply: {"tool_calls": [call, ...]} (1 to max_calls) or {"response": "..."}.
   static std::unique_ptr<Grammar> GenericReply(const std::vector<std::string>& names,
-                                               const std::vector<const SchemaNode*>& schemas, int max_calls = 8);
+                                               const std::vector<const SchemaNode*>& schemas, int max_calls = 4);
   // The value of one schema (tests).
   static std::unique_ptr<Grammar> ForSchema(const SchemaNode& schema);
 

@@ -122,7 +122,53 @@ bool ToolCallConstraint::AllowsToken(const State& s, int32_t token) const {
   return FeedAll(copy, vocab_->bytes[token]);
 }
 
-bool ToolCallConstraint::Allows(int32_t token) { return AllowsToken(state_, token); }
+bool ToolCallConstraint::Allows(int32_t token) {
+  if (closing_) {
+    if (token < 0 || token >= static_cast<int32_t>(vocab_->bytes.size()) || vocab_->special[token]) return false;
+    const std::string& b = vocab_->bytes[token];
+    return !b.empty() && completion_.compare(0, b.size(), b) == 0;
+  }
+  return AllowsToken(state_, token);
+}
+
+std::string ToolCallConstraint::Completion(const State& s) const {
+  if (s.phase != Phase::kJson && s.phase != Phase::kSuffix) return "";
+  // Greedy: at each step the first byte, in this order, that the grammar accepts. Closing
+  // bytes come first, then what starts the smallest values; keys and literals are forced.
+  static const std::string kOrder = [] {
+    std::string order = "\"}]0-{[tfn,: 1";
+    for (int c = 0x20; c < 0x7F; ++c) {
+      if (order.find(static_cast<char>(c)) == std::string::npos) order.push_back(static_cast<char>(c));
+    }
+    order += "\x80\xA0";  // to finish a multi-byte character
+    return order;
+  }();
+  State cur = s;
+  std::string out;
+  for (int step = 0; step < 256; ++step) {
+    if (cur.phase == Phase::kDone || (format_ == ToolCallFormat::kHermes && cur.phase == Phase::kWaiting)) return out;
+    bool advanced = false;
+    for (char c : kOrder) {
+      State next = cur;
+      if (Feed(next, static_cast<uint8_t>(c))) {
+        cur = std::move(next);
+        out.push_back(c);
+        advanced = true;
+        break;
+      }
+    }
+    if (!advanced) return "";
+  }
+  return "";
+}
+
+void ToolCallConstraint::SetBudget(int remaining_tokens) {
+  closing_ = false;
+  if (remaining_tokens > 64 || (state_.phase != Phase::kJson && state_.phase != Phase::kSuffix)) return;
+  completion_ = Completion(state_);
+  // One byte per token in the worst case (every byte is a token of its own).
+  closing_ = !completion_.empty() && static_cast<int>(completion_.size()) >= remaining_tokens - 1;
+}
 
 void ToolCallConstraint::Accept(int32_t token) {
   if (token < 0 || token >= static_cast<int32_t>(vocab_->bytes.size()) || vocab_->end_of_generation[token]) return;
@@ -142,6 +188,17 @@ bool ToolCallConstraint::Mask(absl::Span<float> logits) {
   const int n = static_cast<int>(vocab_->bytes.size());
   const int limit = std::min<int>(n, static_cast<int>(logits.size()));
   if (state_.phase == Phase::kFree || state_.phase == Phase::kBroken) return true;
+  if (closing_) {
+    bool any = false;
+    for (int id = 0; id < limit; ++id) {
+      if (Allows(id)) {
+        any = true;
+      } else {
+        logits[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    return any;
+  }
   const std::string key = CacheKey();
   auto it = cache_.find(key);
   if (it == cache_.end()) {

@@ -36,6 +36,10 @@ class ToolCallConstraint : public TokenConstraint {
   bool Allows(int32_t token) override;
   bool Mask(absl::Span<float> logits) override;
   void Accept(int32_t token) override;
+  // Near the end of the budget, only tokens that spell the shortest completion of the
+  // open call (closing strings, objects, the tag) are allowed, so a call is never cut off.
+  void SetBudget(int remaining_tokens) override;
+  bool closing() const { return closing_; }
 
   // Statistics for reports and benchmarks.
   int masks_computed() const { return masks_computed_; }
@@ -58,12 +62,16 @@ class ToolCallConstraint : public TokenConstraint {
   bool AllowsEnd(const State& s) const;
   bool AllowsToken(const State& s, int32_t token) const;
   std::string CacheKey() const;
+  // Bytes that complete the open call from `s` (empty if none is open or none was found).
+  std::string Completion(const State& s) const;
 
   std::shared_ptr<const VocabBytes> vocab_;
   std::shared_ptr<const Grammar> grammar_;
   ToolCallFormat format_;
   State state_;
   absl::flat_hash_map<std::string, std::vector<uint64_t>> cache_;
+  bool closing_ = false;
+  std::string completion_;  // while closing_
   int masks_computed_ = 0;
   int masks_cached_ = 0;
 };

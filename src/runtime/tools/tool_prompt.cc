@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "src/runtime/tools/json_schema.h"
 
 namespace hetero::internal {
 namespace {
@@ -11,6 +12,31 @@ namespace {
 std::string CompactSchema(const std::string& schema) {
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(schema, nullptr, false);
   return j.is_discarded() ? schema : j.dump();
+}
+
+// A value of the schema with placeholders ("..." for strings), to show the reply format.
+nlohmann::ordered_json ExampleValue(const SchemaNode& s) {
+  if (!s.allowed.empty()) return nlohmann::ordered_json::parse(s.allowed[0].dump());
+  switch (s.type) {
+    case SchemaType::kObject: {
+      nlohmann::ordered_json o = nlohmann::ordered_json::object();
+      for (const auto& p : s.properties) {
+        if (p.required) o[p.key] = ExampleValue(*p.schema);
+      }
+      return o;
+    }
+    case SchemaType::kArray: {
+      nlohmann::ordered_json a = nlohmann::ordered_json::array();
+      if (s.min_items > 0) a.push_back(ExampleValue(*s.items));
+      return a;
+    }
+    case SchemaType::kString: return "...";
+    case SchemaType::kNumber:
+    case SchemaType::kInteger: return s.minimum.value_or(1);
+    case SchemaType::kBoolean: return true;
+    case SchemaType::kNull: return nullptr;
+  }
+  return nullptr;
 }
 
 std::string ToolList(const ToolRegistry& tools) {
@@ -38,7 +64,9 @@ std::string Instructions(const ToolRegistry& tools, ToolCallFormat format) {
           "To call tools: {\"tool_calls\": [{\"name\": \"<tool name>\", \"arguments\": {<arguments>}}]}\n"
           "To answer the user: {\"response\": \"<your answer>\"}\n"
           "Tools:\n",
-          ToolList(tools), "Use a tool for any calculation, conversion or fact lookup; then answer with the result.");
+          ToolList(tools), "For example: {\"tool_calls\": [{\"name\": \"", tools.size() > 0 ? tools.tool(0).name : "",
+          "\", \"arguments\": ", tools.size() > 0 ? ExampleValue(tools.schema(0).root()).dump() : "{}", "}]}\n",
+          "Use a tool for any calculation, conversion or fact lookup; then answer with the result.");
   }
 }
 

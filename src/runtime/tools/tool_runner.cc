@@ -66,6 +66,16 @@ std::vector<ToolRunResult> RunToolCalls(const ToolRegistry& registry, const std:
       results[i].content = absl::StrCat("error: invalid arguments for ", call.name, ": ", valid.message());
       continue;
     }
+    // The same call twice in one reply runs once; both get its result.
+    bool duplicate = false;
+    for (size_t j = 0; j < i && !duplicate; ++j) {
+      if (pending[j] != nullptr && calls[j].name == call.name && calls[j].arguments_json == call.arguments_json) {
+        pending[i] = pending[j];
+        started[i] = started[j];
+        duplicate = true;
+      }
+    }
+    if (duplicate) continue;
     auto p = std::make_shared<Pending>();
     pending[i] = p;
     started[i] = Clock::now();

@@ -1,0 +1,297 @@
+// hetero-agent: a question through Understand -> Generate -> ToolCall -> ... on a model with
+// the example tools (calculator, unit converter, clock, fact lookup), printing the answer,
+// each stage (device, time, tokens) and each tool call. With --suite, runs a question file
+// and reports valid-call rate, task success and tokens per solved task, constrained and
+// (with --compare) unconstrained.
+//
+//   hetero-agent [-m MODEL] [-t THREADS] [-n TOKENS] [--no-constrain] [--format F]
+//                [--facts FILE] ["question"]
+//   hetero-agent --suite tests/data/tool_suite.jsonl [--compare] [--json] [--limit N]
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "examples/tools/calculator.h"
+#include "examples/tools/current_time.h"
+#include "examples/tools/lookup_table.h"
+#include "examples/tools/unit_converter.h"
+#include "hetero/engine.h"
+#include "hetero/log.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+constexpr char kDefaultQuestion[] = "What is 12.5 times 8, minus 3?";
+constexpr char kDefaultFacts[] = "tests/data/tool_suite_facts.json";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+struct Options {
+  std::string model;
+  std::string question = kDefaultQuestion;
+  std::string suite;
+  std::string facts = kDefaultFacts;
+  int threads = 0;
+  int max_tokens = 160;
+  int limit = 0;
+  bool constrain = true;
+  bool compare = false;
+  bool json = false;
+  hetero::ToolCallFormat format = hetero::ToolCallFormat::kAuto;
+};
+
+absl::StatusOr<std::shared_ptr<hetero::ToolRegistry>> MakeTools(const Options& o, bool fixed_clock) {
+  auto tools = std::make_shared<hetero::ToolRegistry>();
+  auto add = [&](hetero::Tool t) { return tools->Register(std::move(t)); };
+  if (absl::Status s = add(hetero::example_tools::MakeCalculatorTool()); !s.ok()) return s;
+  if (absl::Status s = add(hetero::example_tools::MakeUnitConversionTool()); !s.ok()) return s;
+  hetero::example_tools::Clock clock = [] { return std::chrono::system_clock::now(); };
+  if (fixed_clock) {
+    // The suite's date questions expect 2026-11-29 (tests/data/tool_suite.md).
+    clock = [] { return std::chrono::system_clock::time_point(std::chrono::seconds(1795953600)); };
+  }
+  if (absl::Status s = add(hetero::example_tools::MakeCurrentTimeTool(clock)); !s.ok()) return s;
+  if (std::ifstream(o.facts).good()) {
+    auto lookup = hetero::example_tools::MakeLookupTool(
+        o.facts, "Looks up a fact (capitals, city populations, heights, distances, dates) by a short key such as "
+                 "'capital of france'.");
+    if (!lookup.ok()) return lookup.status();
+    if (absl::Status s = add(std::move(*lookup)); !s.ok()) return s;
+  } else {
+    std::fprintf(stderr, "note: no facts file at %s; the lookup tool is not offered\n", o.facts.c_str());
+  }
+  return tools;
+}
+
+void PrintReport(const std::string& question, const hetero::RunResult& r) {
+  std::printf("question: %s\nanswer:   %s\n\n", question.c_str(), r.text.c_str());
+  std::printf("%-10s %-4s %9s %9s %6s %6s  %s\n", "stage", "dev", "start ms", "end ms", "in", "out", "reason");
+  for (const hetero::StageReport& s : r.report.stages) {
+    std::printf("%-10s %-4s %9.1f %9.1f %6d %6d  %s\n", std::string(hetero::StageName(s.stage)).c_str(),
+                std::string(hetero::DeviceName(s.device)).c_str(), s.start_ms, s.end_ms, s.tokens_in, s.tokens_out,
+                s.reason.c_str());
+  }
+  for (const hetero::ToolCallReport& c : r.report.tool_calls) {
+    std::printf("tool call (round %d): %s(%s) -> %s%s%s, %.1f ms\n", c.round, c.name.c_str(), c.arguments_json.c_str(),
+                c.outcome.c_str(), c.detail.empty() ? "" : ": ", c.detail.c_str(), c.ms);
+  }
+  std::printf("\nformat %s, %d prompt tokens, %d generated, %.0f ms in all (%s)\n", r.report.tool_format.c_str(),
+              r.report.prompt_tokens, r.report.generated_tokens, r.report.total_ms, r.report.stop_reason.c_str());
+}
+
+// Numbers in free text: optional sign ('-' or U+2212), thousands commas, decimals.
+std::vector<double> NumbersIn(std::string text) {
+  for (size_t at; (at = text.find("\xE2\x88\x92")) != std::string::npos;) text.replace(at, 3, "-");
+  std::vector<double> out;
+  for (size_t i = 0; i < text.size();) {
+    const bool sign = text[i] == '-' && i + 1 < text.size() && absl::ascii_isdigit(text[i + 1]);
+    if (!absl::ascii_isdigit(text[i]) && !sign) {
+      ++i;
+      continue;
+    }
+    std::string digits;
+    size_t j = i;
+    if (sign) digits.push_back(text[j++]);
+    while (j < text.size() && (absl::ascii_isdigit(text[j]) || text[j] == '.' ||
+                               (text[j] == ',' && j + 1 < text.size() && absl::ascii_isdigit(text[j + 1])))) {
+      if (text[j] != ',') digits.push_back(text[j]);
+      ++j;
+    }
+    while (!digits.empty() && digits.back() == '.') digits.pop_back();
+    double v;
+    if (absl::SimpleAtod(digits, &v)) out.push_back(v);
+    i = j;
+  }
+  return out;
+}
+
+bool Correct(const std::string& answer, const std::string& expected, const std::string& check) {
+  if (check == "text") return absl::AsciiStrToLower(answer).find(absl::AsciiStrToLower(expected)) != std::string::npos;
+  double want;
+  if (!absl::SimpleAtod(expected, &want)) return false;
+  for (double got : NumbersIn(answer)) {
+    if (want == 0 ? std::fabs(got) <= 1e-9 : std::fabs(got - want) <= 0.005 * std::fabs(want)) return true;
+  }
+  return false;
+}
+
+struct SuiteScore {
+  int questions = 0, solved = 0, calls = 0, valid_calls = 0, tool_tasks = 0;
+  long generated_tokens = 0;
+  double seconds = 0;
+};
+
+absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bool constrain,
+                                    std::vector<nlohmann::json>& details) {
+  auto tools = MakeTools(o, /*fixed_clock=*/true);
+  if (!tools.ok()) return tools.status();
+  std::ifstream in(o.suite);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the suite '", o.suite, "'"));
+  SuiteScore score;
+  std::string line;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::getline(in, line) && (o.limit == 0 || score.questions < o.limit)) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    const nlohmann::json q = nlohmann::json::parse(line, nullptr, false);
+    if (q.is_discarded() || !q.contains("question")) return absl::InvalidArgumentError("bad suite line: " + line);
+    auto session = engine.NewSession();
+    if (!session.ok()) return session.status();
+    hetero::RunOptions run;
+    run.max_tokens = o.max_tokens;
+    run.tool_registry = *tools;
+    run.tool_format = o.format;
+    run.constrain_tool_calls = constrain;
+    run.max_tool_rounds = 3;
+    const std::string question = q["question"].get<std::string>();
+    auto result = (*session)->Run(question, run);
+    ++score.questions;
+    nlohmann::json d = {{"id", q.value("id", "")}, {"constrained", constrain}};
+    if (!result.ok()) {
+      d["error"] = std::string(result.status().message());
+      details.push_back(d);
+      continue;
+    }
+    const bool ok = Correct(result->text, q["answer"].get<std::string>(), q["check"].get<std::string>());
+    score.solved += ok;
+    score.generated_tokens += result->report.generated_tokens;
+    if (!result->report.tool_calls.empty()) ++score.tool_tasks;
+    for (const hetero::ToolCallReport& c : result->report.tool_calls) {
+      ++score.calls;
+      score.valid_calls += c.outcome != "parse_error" && c.outcome != "unknown_tool" && c.outcome != "invalid_arguments";
+    }
+    d["answer"] = result->text;
+    d["solved"] = ok;
+    d["tool_calls"] = result->report.tool_calls.size();
+    d["generated_tokens"] = result->report.generated_tokens;
+    details.push_back(d);
+  }
+  score.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return score;
+}
+
+nlohmann::json ScoreJson(const SuiteScore& s) {
+  return {{"questions", s.questions},
+          {"solved", s.solved},
+          {"success_rate", s.questions ? static_cast<double>(s.solved) / s.questions : 0.0},
+          {"tasks_with_tool_calls", s.tool_tasks},
+          {"tool_calls", s.calls},
+          {"valid_calls", s.valid_calls},
+          {"valid_call_rate", s.calls ? static_cast<double>(s.valid_calls) / s.calls : 0.0},
+          {"generated_tokens", s.generated_tokens},
+          {"tokens_per_solved_task", s.solved ? static_cast<double>(s.generated_tokens) / s.solved : 0.0},
+          {"seconds", s.seconds}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool question_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) std::exit(Fail("option " + a + " needs a value"));
+      return argv[++i];
+    };
+    auto number = [&](int& out) {
+      const std::string v = value();
+      if (!absl::SimpleAtoi(v, &out) || out < 0) std::exit(Fail("option " + a + ": '" + v + "' is not a count"));
+    };
+    if (a == "-m") {
+      o.model = value();
+    } else if (a == "-t") {
+      number(o.threads);
+    } else if (a == "-n") {
+      number(o.max_tokens);
+    } else if (a == "--limit") {
+      number(o.limit);
+    } else if (a == "--no-constrain") {
+      o.constrain = false;
+    } else if (a == "--compare") {
+      o.compare = true;
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (a == "--suite") {
+      o.suite = value();
+    } else if (a == "--facts") {
+      o.facts = value();
+    } else if (a == "--format") {
+      const std::string f = value();
+      if (f == "auto") {
+        o.format = hetero::ToolCallFormat::kAuto;
+      } else if (f == "hermes") {
+        o.format = hetero::ToolCallFormat::kHermes;
+      } else if (f == "llama3") {
+        o.format = hetero::ToolCallFormat::kLlama3;
+      } else if (f == "generic") {
+        o.format = hetero::ToolCallFormat::kGeneric;
+      } else {
+        return Fail("unknown format '" + f + "' (auto, hermes, llama3, generic)");
+      }
+    } else if (a == "-h" || a == "--help") {
+      std::printf(
+          "usage: hetero-agent [-m MODEL] [-t THREADS] [-n TOKENS] [--no-constrain] [--format auto|hermes|llama3|generic]\n"
+          "                    [--facts FILE] [\"question\"]\n"
+          "       hetero-agent --suite FILE [--compare] [--json] [--limit N] [--facts FILE]\n");
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      return Fail("unknown option '" + a + "' (try --help)");
+    } else {
+      if (question_given) return Fail("one question at a time (quote it)");
+      o.question = a;
+      question_given = true;
+    }
+  }
+  hetero::SetLogCallback(hetero::LogToStderr, hetero::LogLevel::kWarning);
+  hetero::EngineOptions engine_options;
+  engine_options.threads = o.threads;
+  engine_options.scheduler = "seed";
+  auto engine = hetero::Engine::Create(o.model, engine_options);
+  if (!engine.ok()) return Fail(std::string(engine.status().message()));
+
+  if (o.suite.empty()) {
+    auto tools = MakeTools(o, /*fixed_clock=*/false);
+    if (!tools.ok()) return Fail(std::string(tools.status().message()));
+    auto session = (*engine)->NewSession();
+    if (!session.ok()) return Fail(std::string(session.status().message()));
+    hetero::RunOptions run;
+    run.max_tokens = o.max_tokens;
+    run.tool_registry = *tools;
+    run.tool_format = o.format;
+    run.constrain_tool_calls = o.constrain;
+    auto result = (*session)->Run(o.question, run);
+    if (!result.ok()) return Fail(std::string(result.status().message()));
+    PrintReport(o.question, *result);
+    return 0;
+  }
+
+  std::vector<nlohmann::json> details;
+  nlohmann::json out;
+  for (bool constrain : o.compare ? std::vector<bool>{true, false} : std::vector<bool>{o.constrain}) {
+    auto score = RunSuite(**engine, o, constrain, details);
+    if (!score.ok()) return Fail(std::string(score.status().message()));
+    const nlohmann::json s = ScoreJson(*score);
+    out[constrain ? "constrained" : "unconstrained"] = s;
+    if (!o.json) {
+      std::printf("%-13s %d questions: solved %d (%.0f%%); %d tool calls, %d valid (%.1f%%); %.1f tokens per solved task; %.1f s\n",
+                  constrain ? "constrained" : "unconstrained", score->questions, score->solved,
+                  100.0 * s["success_rate"].get<double>(), score->calls, score->valid_calls,
+                  100.0 * s["valid_call_rate"].get<double>(), s["tokens_per_solved_task"].get<double>(), score->seconds);
+    }
+  }
+  if (o.json) {
+    out["questions"] = details;
+    std::printf("%s\n", out.dump(2).c_str());
+  }
+  return 0;
+}

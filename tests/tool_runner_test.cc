@@ -1,0 +1,161 @@
+// The agent loop's tool runner: failures are results, never crashes or hangs. A tool that
+// throws, one that hangs past its timeout, one that returns 1 MB, unknown tools, invalid
+// arguments and unparsable calls each give the model an error or truncated result and the
+// report the right outcome; valid calls run concurrently.
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/tools.h"
+#include "src/runtime/tools/reply_stream.h"
+#include "src/runtime/tools/tool_runner.h"
+
+namespace hetero::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kSchema[] = R"({"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]})";
+
+Tool MakeTool(std::string name, std::function<absl::StatusOr<std::string>(const std::string&)> handler,
+              std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) {
+  Tool t;
+  t.name = std::move(name);
+  t.description = "test";
+  t.parameters_json = kSchema;
+  t.handler = std::move(handler);
+  t.timeout = timeout;
+  return t;
+}
+
+ParsedToolCall Call(std::string name, std::string args) {
+  ParsedToolCall c;
+  c.name = std::move(name);
+  c.arguments_json = std::move(args);
+  return c;
+}
+
+TEST(ToolRunnerTest, FailuresBecomeResults) {
+  ToolRegistry tools;
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  ASSERT_TRUE(tools.Register(MakeTool("echo", [](const std::string& a) -> absl::StatusOr<std::string> { return a; })).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("throws", [](const std::string&) -> absl::StatusOr<std::string> {
+                throw std::runtime_error("boom");
+              })).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("fails", [](const std::string&) -> absl::StatusOr<std::string> {
+                return absl::UnavailableError("backend down");
+              })).ok());
+  ASSERT_TRUE(tools.Register(MakeTool(
+                  "hangs",
+                  [release](const std::string&) -> absl::StatusOr<std::string> {
+                    while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                    return std::string("late");
+                  },
+                  std::chrono::milliseconds(150)))
+                  .ok());
+  ASSERT_TRUE(tools.Register(MakeTool("huge", [](const std::string&) -> absl::StatusOr<std::string> {
+                std::string s(1 << 20, 'a');
+                s.replace(1000, 2, "\xc3\xa9");  // a 2-byte character near the cut
+                return s;
+              })).ok());
+  ParsedToolCall broken;
+  broken.error = "invalid JSON: at byte 7";
+  broken.raw = "{\"name\": ";
+  const std::vector<ParsedToolCall> calls = {
+      Call("echo", R"({"x":1})"),  Call("throws", R"({"x":1})"), Call("fails", R"({"x":1})"),
+      Call("hangs", R"({"x":1})"), Call("huge", R"({"x":1})"),   Call("nope", R"({"x":1})"),
+      Call("echo", R"({"x":"one"})"), broken};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ToolRunResult> r = RunToolCalls(tools, calls, 2, 1001, nullptr);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  release->store(true);  // let the abandoned thread finish
+  ASSERT_EQ(r.size(), calls.size());
+  EXPECT_EQ(r[0].report.outcome, "ok");
+  EXPECT_EQ(r[0].content, R"({"x":1})");
+  EXPECT_EQ(r[0].report.round, 2);
+  EXPECT_EQ(r[1].report.outcome, "handler_error");
+  EXPECT_THAT(r[1].content, HasSubstr("threw an exception: boom"));
+  EXPECT_EQ(r[2].report.outcome, "handler_error");
+  EXPECT_THAT(r[2].content, HasSubstr("backend down"));
+  EXPECT_EQ(r[3].report.outcome, "timeout");
+  EXPECT_THAT(r[3].content, HasSubstr("did not answer within 150 ms"));
+  EXPECT_GE(r[3].report.ms, 150);
+  EXPECT_EQ(r[4].report.outcome, "ok");
+  EXPECT_TRUE(r[4].report.truncated);
+  EXPECT_EQ(r[4].report.result_bytes, size_t{1} << 20);
+  EXPECT_THAT(r[4].content, HasSubstr("[truncated: 1000 of 1048576 bytes shown]"));  // not inside the 2-byte é
+  EXPECT_LT(r[4].content.size(), 1100u);
+  EXPECT_EQ(r[5].report.outcome, "unknown_tool");
+  EXPECT_THAT(r[5].content, HasSubstr("no tool named 'nope'; the tools are: echo, throws, fails, hangs, huge"));
+  EXPECT_EQ(r[6].report.outcome, "invalid_arguments");
+  EXPECT_THAT(r[6].content, HasSubstr("arguments.x: expected integer"));
+  EXPECT_EQ(r[7].report.outcome, "parse_error");
+  EXPECT_THAT(r[7].content, HasSubstr("invalid JSON: at byte 7"));
+  EXPECT_LT(ms, 1500) << "the hanging tool must not hold the others up past its timeout";
+}
+
+TEST(ToolRunnerTest, CallsRunConcurrentlyAndDuplicatesOnce) {
+  ToolRegistry tools;
+  auto runs = std::make_shared<std::atomic<int>>(0);
+  ASSERT_TRUE(tools.Register(MakeTool("slow", [runs](const std::string& a) -> absl::StatusOr<std::string> {
+                ++*runs;
+                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                return a;
+              })).ok());
+  const std::vector<ParsedToolCall> calls = {Call("slow", R"({"x":1})"), Call("slow", R"({"x":2})"),
+                                             Call("slow", R"({"x":3})"), Call("slow", R"({"x":1})")};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ToolRunResult> r = RunToolCalls(tools, calls, 0, 100, nullptr);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(ms, 500) << "three 200 ms calls in parallel";
+  EXPECT_EQ(runs->load(), 3);
+  EXPECT_EQ(r[3].content, R"({"x":1})");
+  EXPECT_EQ(r[3].report.outcome, "ok");
+}
+
+TEST(ToolRunnerTest, CancellationEndsTheWait) {
+  ToolRegistry tools;
+  ASSERT_TRUE(tools.Register(MakeTool(
+                  "slow",
+                  [](const std::string&) -> absl::StatusOr<std::string> {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                    return std::string("x");
+                  },
+                  std::chrono::milliseconds(5000)))
+                  .ok());
+  std::atomic<bool> cancelled{true};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ToolRunResult> r = RunToolCalls(tools, {Call("slow", R"({"x":1})")}, 0, 100, &cancelled);
+  const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited, 300);
+  EXPECT_EQ(r[0].report.outcome, "timeout");
+  EXPECT_THAT(r[0].report.detail, HasSubstr("cancelled"));
+}
+
+// What reaches on_text: answer text only.
+std::string Stream(ToolCallFormat format, const std::vector<std::string>& pieces) {
+  std::string out;
+  ReplyStream s(format, [&](std::string_view t) {
+    out += t;
+    return true;
+  });
+  for (const std::string& p : pieces) EXPECT_TRUE(s.Push(p));
+  return out;
+}
+
+TEST(ReplyStreamTest, ShowsOnlyAnswerText) {
+  EXPECT_EQ(Stream(ToolCallFormat::kGeneric, {"{\"resp", "onse\": \"It", " is \\\"4\\\"\\n", "\\u00e9.\"}"}),
+            "It is \"4\"\né.");
+  EXPECT_EQ(Stream(ToolCallFormat::kGeneric, {"{\"tool_", "calls\": [{\"name\": \"x\"}]}"}), "");
+  EXPECT_EQ(Stream(ToolCallFormat::kGeneric, {"Plain ", "words"}), "Plain words");
+  EXPECT_EQ(Stream(ToolCallFormat::kHermes, {"Let me <", "tool_ca", "ll>{\"name\": 1}</tool", "_call> done", " <b>"}),
+            "Let me  done <b>");
+  EXPECT_EQ(Stream(ToolCallFormat::kLlama3, {"  {\"name\"", ": 1}"}), "");
+  EXPECT_EQ(Stream(ToolCallFormat::kLlama3, {"  The", " answer"}), "  The answer");
+}
+
+}  // namespace
+}  // namespace hetero::internal
