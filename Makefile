@@ -7,7 +7,7 @@ MODEL  ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 .PHONY: run test setup build model fuzz tsan clean
 
 run: build
-	./build/bin/hetero-inspect $(MODEL)
+	./build/bin/hetero-agent -m $(MODEL)
 
 test: build
 	ctest --preset $(PRESET)

@@ -73,6 +73,14 @@ absl::StatusOr<std::shared_ptr<hetero::ToolRegistry>> MakeTools(const Options& o
   return tools;
 }
 
+double GenerateMs(const hetero::TaskReport& report) {
+  double ms = 0;
+  for (const hetero::StageReport& s : report.stages) {
+    if (s.stage == hetero::Stage::kGenerate) ms += s.end_ms - s.start_ms;
+  }
+  return ms;
+}
+
 void PrintReport(const std::string& question, const hetero::RunResult& r) {
   std::printf("question: %s\nanswer:   %s\n\n", question.c_str(), r.text.c_str());
   std::printf("%-10s %-4s %9s %9s %6s %6s  %s\n", "stage", "dev", "start ms", "end ms", "in", "out", "reason");
@@ -82,11 +90,18 @@ void PrintReport(const std::string& question, const hetero::RunResult& r) {
                 s.reason.c_str());
   }
   for (const hetero::ToolCallReport& c : r.report.tool_calls) {
-    std::printf("tool call (round %d): %s(%s) -> %s%s%s, %.1f ms\n", c.round, c.name.c_str(), c.arguments_json.c_str(),
-                c.outcome.c_str(), c.detail.empty() ? "" : ": ", c.detail.c_str(), c.ms);
+    std::printf("tool call (round %d): %s(%s) -> %s%s%s, %.1f ms%s\n", c.round, c.name.c_str(), c.arguments_json.c_str(),
+                c.outcome.c_str(), c.detail.empty() ? "" : ": ", c.detail.c_str(), c.ms,
+                c.duplicate ? " (repeated in the same reply: ran once)" : "");
   }
   std::printf("\nformat %s, %d prompt tokens, %d generated, %.0f ms in all (%s)\n", r.report.tool_format.c_str(),
               r.report.prompt_tokens, r.report.generated_tokens, r.report.total_ms, r.report.stop_reason.c_str());
+  const double generate_ms = GenerateMs(r.report);
+  if (r.report.constraint_ms > 0 && generate_ms > 0) {
+    std::printf("constrained decoding: %.1f ms of %.0f ms in Generate (%.2f%%), %d of %d steps masked\n",
+                r.report.constraint_ms, generate_ms, 100.0 * r.report.constraint_ms / generate_ms,
+                r.report.constraint_masked_steps, r.report.generated_tokens);
+  }
 }
 
 // Numbers in free text: optional sign ('-' or U+2212), thousands commas, decimals.
@@ -129,6 +144,8 @@ struct SuiteScore {
   int questions = 0, solved = 0, calls = 0, valid_calls = 0, tool_tasks = 0;
   long generated_tokens = 0;
   double seconds = 0;
+  double generate_ms = 0, constraint_ms = 0;  // decode time, and the constraint's share of it
+  long masked_steps = 0;
 };
 
 absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bool constrain,
@@ -164,6 +181,9 @@ absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bo
     const bool ok = Correct(result->text, q["answer"].get<std::string>(), q["check"].get<std::string>());
     score.solved += ok;
     score.generated_tokens += result->report.generated_tokens;
+    score.generate_ms += GenerateMs(result->report);
+    score.constraint_ms += result->report.constraint_ms;
+    score.masked_steps += result->report.constraint_masked_steps;
     if (!result->report.tool_calls.empty()) ++score.tool_tasks;
     for (const hetero::ToolCallReport& c : result->report.tool_calls) {
       ++score.calls;
@@ -189,6 +209,10 @@ nlohmann::json ScoreJson(const SuiteScore& s) {
           {"valid_call_rate", s.calls ? static_cast<double>(s.valid_calls) / s.calls : 0.0},
           {"generated_tokens", s.generated_tokens},
           {"tokens_per_solved_task", s.solved ? static_cast<double>(s.generated_tokens) / s.solved : 0.0},
+          {"generate_ms", s.generate_ms},
+          {"constraint_ms", s.constraint_ms},
+          {"constraint_share_of_generate", s.generate_ms > 0 ? s.constraint_ms / s.generate_ms : 0.0},
+          {"constraint_masked_steps", s.masked_steps},
           {"seconds", s.seconds}};
 }
 
@@ -283,10 +307,11 @@ int main(int argc, char** argv) {
     const nlohmann::json s = ScoreJson(*score);
     out[constrain ? "constrained" : "unconstrained"] = s;
     if (!o.json) {
-      std::printf("%-13s %d questions: solved %d (%.0f%%); %d tool calls, %d valid (%.1f%%); %.1f tokens per solved task; %.1f s\n",
+      std::printf("%-13s %d questions: solved %d (%.0f%%); %d tool calls, %d valid (%.1f%%); %.1f tokens per solved task; constraint %.2f%% of Generate; %.1f s\n",
                   constrain ? "constrained" : "unconstrained", score->questions, score->solved,
                   100.0 * s["success_rate"].get<double>(), score->calls, score->valid_calls,
-                  100.0 * s["valid_call_rate"].get<double>(), s["tokens_per_solved_task"].get<double>(), score->seconds);
+                  100.0 * s["valid_call_rate"].get<double>(), s["tokens_per_solved_task"].get<double>(),
+                  100.0 * s["constraint_share_of_generate"].get<double>(), score->seconds);
     }
   }
   if (o.json) {

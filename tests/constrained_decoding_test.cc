@@ -167,5 +167,60 @@ TEST_F(ConstrainedDecodingTest, HermesConstrainsOnlyInsideTheTags) {
   }
 }
 
+// The mask (built by a walk over the tokens in byte order, cached per state) must allow
+// exactly the tokens that the per-token check allows, at every step of replayed replies.
+TEST_F(ConstrainedDecodingTest, MaskEqualsThePerTokenCheck) {
+  ToolRegistry tools;
+  ASSERT_TRUE(tools.Register(MakeTool("calc", kSchemas[0])).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("pick", kSchemas[3])).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("find", kSchemas[4])).ok());
+  const std::vector<std::string> names = {"calc", "convert", "pick", "find"};
+  const std::vector<const SchemaNode*> schemas = {&tools.schema(0).root(), &tools.schema(1).root(),
+                                                  &tools.schema(2).root(), &tools.schema(3).root()};
+  struct Case {
+    std::shared_ptr<const Grammar> grammar;
+    ToolCallFormat format;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {Grammar::GenericReply(names, schemas), ToolCallFormat::kGeneric,
+       R"({"tool_calls": [{"name": "calc", "arguments": {"expression": "(12.5 * 8) - 3 \u00e9 é"}}, )"
+       R"({"name": "convert", "arguments": {"value": -42.195, "from": "km", "to": "mi"}}]})"},
+      {Grammar::GenericReply(names, schemas), ToolCallFormat::kGeneric,
+       R"({"tool_calls": [{"name": "pick", "arguments": {"items": [1, 22, 99], "exact": true}}, )"
+       R"({"name": "find", "arguments": {"query": {"key": "capital of \"france\"", "limit": 3}, "note": null}}]})"},
+      {Grammar::GenericReply(names, schemas), ToolCallFormat::kGeneric, R"({"response": "Paris, à bientôt."})"},
+      {Grammar::ToolCall(names, schemas), ToolCallFormat::kHermes,
+       "Let me check. <tool_call>\n"
+       R"({"name": "convert", "arguments": {"value": 5, "from": "m", "to": "ft"}})"
+       "\n</tool_call> done"},
+  };
+  int steps = 0;
+  for (const Case& c : cases) {
+    ToolCallConstraint constraint(vocab_, c.grammar, c.format);
+    const absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(c.text, false, false);
+    ASSERT_TRUE(ids.ok());
+    for (size_t t = 0; t <= ids->size(); ++t) {
+      std::vector<float> logits(tokenizer_->vocab_size(), 1.0f);
+      const bool any = constraint.Mask(absl::MakeSpan(logits));
+      bool any_allowed = false;
+      for (int id = 0; id < tokenizer_->vocab_size(); ++id) {
+        const bool allowed = constraint.Allows(id);
+        any_allowed |= allowed;
+        ASSERT_EQ(logits[id] == 1.0f, allowed)
+            << "token " << id << " '" << vocab_->bytes[id] << "' after '" << c.text.substr(0, 60) << "' step " << t;
+      }
+      EXPECT_EQ(any, any_allowed);
+      ++steps;
+      if (t == ids->size()) break;
+      ASSERT_TRUE(constraint.Allows((*ids)[t])) << "the replayed text left the grammar at token " << t;
+      constraint.Accept((*ids)[t]);
+    }
+    EXPECT_FALSE(constraint.broken());
+  }
+  EXPECT_GT(steps, 80);
+}
+
 }  // namespace
 }  // namespace hetero::internal

@@ -114,6 +114,9 @@ TEST(ToolRunnerTest, CallsRunConcurrentlyAndDuplicatesOnce) {
   EXPECT_EQ(runs->load(), 3);
   EXPECT_EQ(r[3].content, R"({"x":1})");
   EXPECT_EQ(r[3].report.outcome, "ok");
+  EXPECT_TRUE(r[3].report.duplicate);
+  EXPECT_FALSE(r[0].report.duplicate);
+  EXPECT_FALSE(r[1].report.duplicate);
 }
 
 TEST(ToolRunnerTest, CancellationEndsTheWait) {

@@ -68,6 +68,8 @@ struct ToolCallReport {
   size_t result_bytes = 0;     // the handler's result before truncation
   bool truncated = false;      // the model saw max_tool_result_bytes of it
   double ms = 0;               // the handler's time (the timeout, if it timed out)
+  bool duplicate = false;      // the same name and arguments earlier in the same reply:
+                               // the handler ran once and both calls got its result
 };
 
 struct TaskReport {
@@ -81,6 +83,11 @@ struct TaskReport {
   std::string stop_reason;       // of the last Generate ("max_tool_rounds" when the
                                  // model still called tools after the last round)
   std::string tool_format;       // the tool-call format used; empty without a registry
+  // Constrained decoding's own cost over all Generate stages: checking sampled tokens,
+  // building masks and sampling again (not the first, ordinary sample), and how many
+  // steps needed the mask.
+  double constraint_ms = 0;
+  int constraint_masked_steps = 0;
 };
 
 struct RunResult {

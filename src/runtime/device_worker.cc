@@ -179,9 +179,13 @@ bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
   if (job.constraint != nullptr) {
     // Sample as usual; only if the token breaks the constraint, mask and sample again
     // (which draws from exactly the masked distribution).
+    const Clock::time_point constraint_start = Clock::now();
     job.constraint->SetBudget(job.max_tokens - static_cast<int>(job.generated.size()));
     job.unmasked_logits.assign(logits.begin(), logits.end());
+    const Clock::time_point sample_start = Clock::now();
     token = job.sampler->Sample(logits, job.history);
+    const int64_t sample_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sample_start).count();
     if (!job.constraint->Allows(token)) {
       std::copy(job.unmasked_logits.begin(), job.unmasked_logits.end(), logits.begin());
       if (!job.constraint->Mask(logits)) {
@@ -189,8 +193,12 @@ bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
         return true;
       }
       token = job.sampler->Sample(logits, job.history);
+      ++job.constraint_masked_steps;
     }
     job.constraint->Accept(token);
+    // The first, ordinary sample is not the constraint's cost; the copy and the rest are.
+    job.constraint_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - constraint_start).count() -
+                         sample_ns;
   } else {
     token = job.sampler->Sample(logits, job.history);
   }

@@ -48,6 +48,8 @@ struct GenerationJob {
   std::vector<int32_t> generated;  // without the token that stopped generation
   std::string text;
   int kv_tokens_appended = 0;      // tokens this job wrote into the sequence's KV
+  int64_t constraint_ns = 0;       // time in the constraint (checks, masks, resampling)
+  int constraint_masked_steps = 0; // steps where the sampled token was refused
   Clock::time_point submitted, prefill_start, prefill_end, first_token, finished;
   bool done = false;
 

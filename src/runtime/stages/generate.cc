@@ -57,6 +57,8 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   r.tokens_out = static_cast<int>(job->generated.size());
   task.report.stages.push_back(r);
   task.report.generated_tokens += r.tokens_out;
+  task.report.constraint_ms += static_cast<double>(job->constraint_ns) / 1e6;
+  task.report.constraint_masked_steps += job->constraint_masked_steps;
   task.report.stop_reason = job->stop_reason;
   if (task.report.time_to_first_token_ms == 0 && job->first_token != Clock::time_point{}) {
     task.report.time_to_first_token_ms = task.MsSinceStart(job->first_token);

@@ -1,5 +1,6 @@
 #include "src/runtime/tools/tool_call_constraint.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "src/runtime/tokenizer/tokenizer_impl.h"
@@ -25,7 +26,21 @@ VocabBytes::VocabBytes(const Tokenizer& tokenizer) {
     special[id] = tokenizer.IsControl(id);
     end_of_generation[id] = tokenizer.IsEndOfGeneration(id);
     bytes[id] = special[id] ? std::string(tokenizer.TokenText(id)) : tokenizer.impl().TokenBytes(id);
-    if (!special[id] && !bytes[id].empty()) by_first_byte[static_cast<uint8_t>(bytes[id][0])].push_back(id);
+    if (!special[id] && !bytes[id].empty()) sorted.push_back(id);
+  }
+  std::sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
+  shared_prefix.resize(sorted.size());
+  sorted_offset.push_back(0);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const std::string& cur = bytes[sorted[i]];
+    sorted_text += cur;
+    sorted_offset.push_back(static_cast<uint32_t>(sorted_text.size()));
+    longest = std::max(longest, cur.size());
+    if (i == 0) continue;
+    const std::string& prev = bytes[sorted[i - 1]];
+    uint32_t k = 0;
+    while (k < prev.size() && k < cur.size() && prev[k] == cur[k]) ++k;
+    shared_prefix[i] = k;
   }
 }
 
@@ -204,16 +219,28 @@ bool ToolCallConstraint::Mask(absl::Span<float> logits) {
   if (it == cache_.end()) {
     std::vector<uint64_t> allowed((n + 63) / 64, 0);
     const auto allow = [&](int32_t id) { allowed[id / 64] |= uint64_t{1} << (id % 64); };
-    for (int b = 0; b < 256; ++b) {
-      const auto& bucket = vocab_->by_first_byte[b];
-      if (bucket.empty()) continue;
-      State probe = state_;
-      if (!Feed(probe, static_cast<uint8_t>(b))) continue;  // the whole bucket fails
-      for (int32_t id : bucket) {
-        const std::string& bytes = vocab_->bytes[id];
-        State copy = probe;
-        if (FeedAll(copy, std::string_view(bytes).substr(1))) allow(id);
+    // Depth-first over the sorted tokens: states[d] is the state after the first d bytes
+    // of the current token. `fed` bytes of it are in states; `refused_at` >= 0 when byte
+    // refused_at of the previous token was refused, which refuses every following token
+    // that shares more than refused_at bytes with it.
+    std::vector<State> states(vocab_->longest + 1, state_);
+    size_t fed = 0;
+    int64_t refused_at = -1;
+    for (size_t i = 0; i < vocab_->sorted.size(); ++i) {
+      const uint32_t shared = vocab_->shared_prefix[i];
+      if (refused_at >= 0 && shared > refused_at) continue;
+      refused_at = -1;
+      fed = std::min<size_t>(fed, shared);
+      const std::string_view bytes(vocab_->sorted_text.data() + vocab_->sorted_offset[i],
+                                   vocab_->sorted_offset[i + 1] - vocab_->sorted_offset[i]);
+      for (; fed < bytes.size(); ++fed) {
+        states[fed + 1] = states[fed];
+        if (!Feed(states[fed + 1], static_cast<uint8_t>(bytes[fed]))) {
+          refused_at = static_cast<int64_t>(fed);
+          break;
+        }
       }
+      if (refused_at < 0) allow(vocab_->sorted[i]);
     }
     for (int32_t id = 0; id < n; ++id) {
       if ((vocab_->special[id] || vocab_->end_of_generation[id] || vocab_->bytes[id].empty()) && AllowsToken(state_, id)) {

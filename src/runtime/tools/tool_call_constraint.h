@@ -2,7 +2,8 @@
 // tokens through their bytes. Per format it starts at once (generic), after the
 // "<tool_call>" marker (Hermes; then "</tool_call>" must close the call, and free text may
 // follow), or when the reply opens with '{' (Llama 3.1). Masks are cached per matcher
-// state, and tokens are bucketed by first byte so that most are rejected by one test.
+// state, and built by walking the tokens in byte order, so that a prefix shared by many
+// tokens is fed once and a refused prefix rejects every token that starts with it.
 #ifndef HETERO_RUNTIME_TOOLS_TOOL_CALL_CONSTRAINT_H_
 #define HETERO_RUNTIME_TOOLS_TOOL_CALL_CONSTRAINT_H_
 
@@ -18,13 +19,20 @@
 
 namespace hetero::internal {
 
-// Every token's bytes and first-byte buckets, built once per tokenizer.
+// Every token's bytes, and the ordinary tokens sorted by their bytes (a flattened trie),
+// built once per tokenizer.
 struct VocabBytes {
   explicit VocabBytes(const Tokenizer& tokenizer);
-  std::vector<std::string> bytes;           // text bytes; a special token's own text
-  std::vector<bool> special;                // control tokens: never inside a call
+  std::vector<std::string> bytes;       // text bytes; a special token's own text
+  std::vector<bool> special;            // control tokens: never inside a call
   std::vector<bool> end_of_generation;
-  std::vector<int32_t> by_first_byte[256];  // non-special tokens, by their first byte
+  std::vector<int32_t> sorted;          // non-special, non-empty tokens in byte order
+  std::vector<uint32_t> shared_prefix;  // bytes sorted[i] shares with sorted[i - 1]
+  // sorted[i]'s bytes are sorted_text[sorted_offset[i], sorted_offset[i + 1]): read in
+  // order, without a cache miss per token.
+  std::string sorted_text;
+  std::vector<uint32_t> sorted_offset;
+  size_t longest = 0;                   // bytes of the longest token in `sorted`
 };
 
 class ToolCallConstraint : public TokenConstraint {

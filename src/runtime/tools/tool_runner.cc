@@ -75,6 +75,7 @@ std::vector<ToolRunResult> RunToolCalls(const ToolRegistry& registry, const std:
         duplicate = true;
       }
     }
+    r.duplicate = duplicate;
     if (duplicate) continue;
     auto p = std::make_shared<Pending>();
     pending[i] = p;
