@@ -3,7 +3,9 @@
 //   Lazy:      what the device worker pays when the model's own token is allowed (the
 //              common case): copy of the logits, SetBudget, Allows, Accept;
 //   FullMask:  the worst case, a full vocabulary mask at every step with an empty mask
-//              cache (a fresh constraint per replay), as if every sampled token were refused.
+//              cache (a fresh constraint per replay), as if every sampled token were refused;
+//   *NearBudgetEnd: the same with every token within the last 64 of the budget, where
+//              tokens are also checked for room to complete the call after them.
 // Compare with a decode step of the same model (backend_benchmark, BM_DecodeStep/1), and
 // with the share measured in real runs (hetero-agent prints it). docs/PERFORMANCE.md.
 #include <filesystem>
@@ -89,6 +91,27 @@ void BM_ConstraintLazy(benchmark::State& state) {
 }
 BENCHMARK(BM_ConstraintLazy)->Unit(benchmark::kMicrosecond);
 
+// The last tokens of a budget: each sampled token is also checked for room to complete the
+// call after it (the whole replay inside the budget horizon).
+void BM_ConstraintLazyNearBudgetEnd(benchmark::State& state) {
+  const Fixture* f = GetFixture();
+  if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
+  std::vector<float> logits(f->tokenizer->vocab_size(), 0.5f), copy;
+  for (auto _ : state) {
+    ToolCallConstraint constraint(f->vocab, f->grammar, ToolCallFormat::kGeneric);
+    int remaining = static_cast<int>(f->reply_tokens.size()) + 8;
+    for (int32_t token : f->reply_tokens) {
+      constraint.SetBudget(remaining--);
+      copy.assign(logits.begin(), logits.end());
+      if (!constraint.Allows(token)) return state.SkipWithError("the replayed reply left the grammar");
+      constraint.Accept(token);
+    }
+    benchmark::DoNotOptimize(copy.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f->reply_tokens.size()));
+}
+BENCHMARK(BM_ConstraintLazyNearBudgetEnd)->Unit(benchmark::kMicrosecond);
+
 void BM_ConstraintFullMaskEveryStep(benchmark::State& state) {
   const Fixture* f = GetFixture();
   if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
@@ -110,6 +133,28 @@ void BM_ConstraintFullMaskEveryStep(benchmark::State& state) {
   state.counters["tokens"] = static_cast<double>(f->reply_tokens.size());
 }
 BENCHMARK(BM_ConstraintFullMaskEveryStep)->Unit(benchmark::kMicrosecond);
+
+// The worst case near the end of a budget: a full mask at every step, each allowed token
+// outside strings (and each with '"' or '\\' inside them) checked for room to complete.
+void BM_ConstraintFullMaskNearBudgetEnd(benchmark::State& state) {
+  const Fixture* f = GetFixture();
+  if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
+  std::vector<float> logits(f->tokenizer->vocab_size());
+  for (auto _ : state) {
+    ToolCallConstraint constraint(f->vocab, f->grammar, ToolCallFormat::kGeneric);
+    int remaining = static_cast<int>(f->reply_tokens.size()) + 8;
+    for (int32_t token : f->reply_tokens) {
+      constraint.SetBudget(remaining--);
+      std::fill(logits.begin(), logits.end(), 0.5f);
+      if (!constraint.Mask(absl::MakeSpan(logits))) return state.SkipWithError("no token allowed");
+      if (!constraint.Allows(token)) return state.SkipWithError("the replayed reply left the grammar");
+      constraint.Accept(token);
+    }
+    benchmark::DoNotOptimize(logits.data());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f->reply_tokens.size()));
+}
+BENCHMARK(BM_ConstraintFullMaskNearBudgetEnd)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace hetero::internal

@@ -160,7 +160,12 @@ absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bo
   while (std::getline(in, line) && (o.limit == 0 || score.questions < o.limit)) {
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     const nlohmann::json q = nlohmann::json::parse(line, nullptr, false);
-    if (q.is_discarded() || !q.contains("question")) return absl::InvalidArgumentError("bad suite line: " + line);
+    const auto is_string = [&q](const char* key) { return q.contains(key) && q[key].is_string(); };
+    if (q.is_discarded() || !q.is_object() || !is_string("question") || !is_string("answer") || !is_string("check") ||
+        (q["check"] != "number" && q["check"] != "text")) {
+      return absl::InvalidArgumentError(
+          "bad suite line (want {\"question\": str, \"answer\": str, \"check\": \"number\"|\"text\"}): " + line);
+    }
     auto session = engine.NewSession();
     if (!session.ok()) return session.status();
     hetero::RunOptions run;
@@ -172,7 +177,7 @@ absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bo
     const std::string question = q["question"].get<std::string>();
     auto result = (*session)->Run(question, run);
     ++score.questions;
-    nlohmann::json d = {{"id", q.value("id", "")}, {"constrained", constrain}};
+    nlohmann::json d = {{"id", is_string("id") ? q["id"].get<std::string>() : ""}, {"constrained", constrain}};
     if (!result.ok()) {
       d["error"] = std::string(result.status().message());
       details.push_back(d);
@@ -192,6 +197,12 @@ absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bo
     d["answer"] = result->text;
     d["solved"] = ok;
     d["tool_calls"] = result->report.tool_calls.size();
+    nlohmann::json calls = nlohmann::json::array();
+    for (const hetero::ToolCallReport& c : result->report.tool_calls) {
+      calls.push_back({{"round", c.round}, {"name", c.name}, {"arguments", c.arguments_json}, {"outcome", c.outcome},
+                       {"detail", c.detail}});
+    }
+    d["calls"] = calls;
     d["generated_tokens"] = result->report.generated_tokens;
     details.push_back(d);
   }

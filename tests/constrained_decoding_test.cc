@@ -222,5 +222,78 @@ TEST_F(ConstrainedDecodingTest, MaskEqualsThePerTokenCheck) {
   EXPECT_GT(steps, 80);
 }
 
+// With a token budget, every run must end complete: near the end a token is allowed only
+// if the call can still be closed after it, and at the end only the closing bytes are. The
+// logits favour tokens that open structure (",{", "\":"), which is what used to cut calls off.
+TEST_F(ConstrainedDecodingTest, CallsAreCompleteWithinAnyBudget) {
+  const int vocab = tokenizer_->vocab_size();
+  std::vector<float> bias(vocab, 0.0f);
+  for (int id = 0; id < vocab; ++id) {
+    const std::string& b = vocab_->bytes[id];
+    if (b.find_first_of("{[,:") != std::string::npos) bias[id] = 3.0f;
+    if (b.find('"') != std::string::npos) bias[id] += 1.5f;
+  }
+  std::vector<float> noise_pool(1 << 20);
+  std::mt19937 pool_rng(11);
+  std::normal_distribution<float> noise(0.0f, 2.0f);
+  for (float& v : noise_pool) v = noise(pool_rng);
+  ToolRegistry tools;
+  for (int s = 0; s < 5; ++s) ASSERT_TRUE(tools.Register(MakeTool("tool_" + std::to_string(s), kSchemas[s])).ok());
+  std::vector<std::string> names;
+  std::vector<const SchemaNode*> schemas;
+  for (int s = 0; s < 5; ++s) {
+    names.push_back(tools.tool(s).name);
+    schemas.push_back(&tools.schema(s).root());
+  }
+  std::shared_ptr<const Grammar> grammar = Grammar::GenericReply(names, schemas);
+  int calls = 0, closing_runs = 0;
+  for (int run = 0; run < 60; ++run) {
+    std::mt19937 rng(77 + run);
+    const int budget = 30 + run;  // 30 .. 89 tokens
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.seed = 3 * run + 1;
+    Sampler sampler = *Sampler::Create(params);
+    ToolCallConstraint constraint(vocab_, grammar, ToolCallFormat::kGeneric);
+    std::vector<float> logits(vocab), saved;
+    std::vector<int32_t> history;
+    std::string text;
+    bool ended = false;
+    bool closing = false;
+    for (int step = 0; step < budget && !ended; ++step) {
+      constraint.SetBudget(budget - step);
+      closing |= constraint.closing();
+      const float* n = noise_pool.data() + rng() % (noise_pool.size() - vocab);
+      for (int id = 0; id < vocab; ++id) logits[id] = n[id] + bias[id];
+      saved = logits;
+      int32_t token = sampler.Sample(absl::MakeSpan(logits), history);
+      if (!constraint.Allows(token)) {
+        logits = saved;
+        ASSERT_TRUE(constraint.Mask(absl::MakeSpan(logits))) << "dead end after: " << text;
+        token = sampler.Sample(absl::MakeSpan(logits), history);
+        ASSERT_TRUE(constraint.Allows(token));
+      }
+      constraint.Accept(token);
+      history.push_back(token);
+      if (tokenizer_->IsEndOfGeneration(token)) {
+        ended = true;
+      } else {
+        text += vocab_->bytes[token];
+      }
+    }
+    closing_runs += closing;
+    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_FALSE(parsed.is_discarded()) << "budget " << budget << ", " << history.size() << " tokens, ended " << ended << ": " << text;
+    const ParsedReply reply = ParseToolCalls(text, ToolCallFormat::kGeneric);
+    for (const ParsedToolCall& call : reply.calls) {
+      ++calls;
+      ASSERT_EQ(call.error, "") << text;
+      EXPECT_TRUE(tools.ValidateArguments(call.name, call.arguments_json).ok()) << text;
+    }
+  }
+  EXPECT_GT(calls, 15) << "the runs should write calls";
+  EXPECT_GT(closing_runs, 20) << "the runs should reach the end of their budgets";
+}
+
 }  // namespace
 }  // namespace hetero::internal

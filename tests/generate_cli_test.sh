@@ -7,16 +7,8 @@ gen="$1"
 bench="$2"
 tmp="$3"
 mkdir -p "$tmp"
-fail=0
-check() {
-  local what="$1"; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
-model="models/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ ! -f "$model" ]; then
-  echo "SKIP: default model not present at $model (run bash scripts/setup.sh --model)"
-  exit 77
-fi
+source "$(dirname "$0")/cli_test_lib.sh"
+require_default_model
 
 # f32: the exact mode (the int8 default, like llama.cpp, answers differently at a near-tie).
 "$gen" -t 1 --chat --precision f32 -p "What is the capital of France?" -n 24 >"$tmp/chat.out" 2>"$tmp/chat.err"

@@ -6,11 +6,7 @@ set -uo pipefail
 inspect="$1"
 tmp="$2"
 mkdir -p "$tmp"
-fail=0
-check() {  # check DESCRIPTION COMMAND...
-  local what="$1"; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
+source "$(dirname "$0")/cli_test_lib.sh"
 
 # Bad input: exit 1, exactly one line on stderr, starting with "error: ", nothing on stdout.
 expect_error() {  # expect_error NAME EXPECTED_SUBSTRING ARGS...

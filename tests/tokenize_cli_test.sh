@@ -6,16 +6,8 @@ set -uo pipefail
 tool="$1"
 tmp="$2"
 mkdir -p "$tmp"
-fail=0
-check() {
-  local what="$1"; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
-model="models/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ ! -f "$model" ]; then
-  echo "SKIP: default model not present at $model (run bash scripts/setup.sh --model)"
-  exit 77
-fi
+source "$(dirname "$0")/cli_test_lib.sh"
+require_default_model
 
 out=$("$tool" "Hello world! 12345 <|im_start|>user")
 check "ids of a text (specials parsed)" test "$out" = "[19556, 905, 17, 216, 33, 34, 35, 36, 37, 216, 1, 4093]"

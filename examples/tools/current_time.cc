@@ -59,7 +59,7 @@ Tool MakeCurrentTimeTool(Clock clock) {
   Tool tool;
   tool.name = "current_time";
   tool.description =
-      "Returns the current date and time in ISO 8601 form, e.g. 2026-11-29T21:04:05+02:00. "
+      "Returns the current date and time in ISO 8601 form, e.g. 2024-03-05T09:30:00+01:00. "
       "Without utc_offset the time is UTC.";
   tool.parameters_json = R"({
   "type": "object",

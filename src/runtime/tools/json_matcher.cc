@@ -143,6 +143,10 @@ enum class JsonMatcher::Mode : uint8_t {
   kLiteral,
 };
 
+bool JsonMatcher::InStringBody() const {
+  return depth_ > 0 && frames_[depth_ - 1].mode == static_cast<uint8_t>(Mode::kStringBody) && escape_ == 0;
+}
+
 namespace {
 
 using Mode8 = uint8_t;
@@ -192,13 +196,50 @@ JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
   return *this;
 }
 
+void JsonMatcher::AppendNextByteCandidates(std::string& out) const {
+  static constexpr std::string_view kStructural = "\"}]{[,: -.0123456789tfn";
+  if (depth_ == 0) {
+    out.append(kStructural);
+    return;
+  }
+  const Frame& f = frames_[depth_ - 1];
+  const GrammarNode& n = *f.node;
+  switch (static_cast<Mode>(f.mode)) {
+    case Mode::kStringBody:
+      out.append(escape_ == 0 && utf8_pending_ == 0 ? "\" " : "0\x80\xA0\"\\/bfnrtu");
+      return;
+    case Mode::kKey:
+      for (uint64_t m = f.alive[0]; m != 0; m &= m - 1) {
+        const std::string& key = KeyText(n, __builtin_ctzll(m));
+        if (f.pos < static_cast<int>(key.size())) out.push_back(key[f.pos]);
+      }
+      return;
+    case Mode::kLiteral:
+      for (int i = 0; i < static_cast<int>(n.literals.size()); ++i) {
+        if (((f.alive[i / 64] >> (i % 64)) & 1) && f.pos < static_cast<int>(n.literals[i].size())) {
+          out.push_back(n.literals[i][f.pos]);
+        }
+      }
+      out.append(kStructural);  // a complete literal lets its parent read the byte
+      return;
+    default:
+      out.append(kStructural);
+      return;
+  }
+}
+
 std::string JsonMatcher::Key() const {
+  std::string key = CoarseKey();
+  key.append(number_, number_len_);
+  return key;
+}
+
+std::string JsonMatcher::CoarseKey() const {
   // Frames are zeroed when pushed, so their padding bytes are deterministic too.
   std::string key(reinterpret_cast<const char*>(frames_), sizeof(Frame) * depth_);
   const char tail[] = {static_cast<char>(depth_), static_cast<char>(started_), static_cast<char>(utf8_pending_),
                        static_cast<char>(escape_), static_cast<char>(number_len_)};
   key.append(tail, sizeof(tail));
-  key.append(number_, number_len_);
   return key;
 }
 

@@ -89,9 +89,19 @@ class JsonMatcher {
   // The root value is complete (nothing more may follow).
   bool done() const { return depth_ == 0 && started_; }
   bool started() const { return started_; }
+  // Inside a string value (not a key, not an enum literal), outside an escape: bytes other
+  // than '"' and '\\' only add to the string.
+  bool InStringBody() const;
+
+  // Appends bytes that may be accepted next, a superset of them, except that inside a
+  // string value only '"' and ' ' stand for all its bytes (searches for completions).
+  void AppendNextByteCandidates(std::string& out) const;
 
   // The state's bytes, for caching masks per state.
   std::string Key() const;
+  // Key without the digits of a number being written (only their count): states that
+  // differ only in those digits share it. For searches that may merge such states.
+  std::string CoarseKey() const;
 
  private:
   enum class Mode : uint8_t;

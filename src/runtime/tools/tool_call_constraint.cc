@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "src/runtime/tokenizer/tokenizer_impl.h"
 
 namespace hetero::internal {
@@ -12,6 +13,10 @@ constexpr std::string_view kOpenTag = "<tool_call>";
 constexpr std::string_view kCloseTag = "</tool_call>";
 constexpr int kMaxSpaces = 2;
 constexpr size_t kMaxCachedMasks = 1024;
+// Within this many tokens of the budget's end, tokens are checked against the room left.
+constexpr int kBudgetHorizon = 64;
+// Room kept beyond the shortest completion.
+constexpr int kBudgetMargin = 2;
 
 bool IsSpace(uint8_t c) { return c == ' ' || c == '\n'; }
 
@@ -26,7 +31,15 @@ VocabBytes::VocabBytes(const Tokenizer& tokenizer) {
     special[id] = tokenizer.IsControl(id);
     end_of_generation[id] = tokenizer.IsEndOfGeneration(id);
     bytes[id] = special[id] ? std::string(tokenizer.TokenText(id)) : tokenizer.impl().TokenBytes(id);
-    if (!special[id] && !bytes[id].empty()) sorted.push_back(id);
+    if (!special[id] && !bytes[id].empty()) {
+      sorted.push_back(id);
+      id_of_bytes.emplace(bytes[id], id);
+    }
+  }
+  structural.resize(n);
+  for (int32_t id = 0; id < n; ++id) {
+    structural[id] = bytes[id].find_first_of("\"\\{[,:<>") != std::string::npos;
+    if (structural[id]) structural_ids.push_back(id);
   }
   std::sort(sorted.begin(), sorted.end(), [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
   shared_prefix.resize(sorted.size());
@@ -139,31 +152,76 @@ bool ToolCallConstraint::AllowsToken(const State& s, int32_t token) const {
 
 bool ToolCallConstraint::Allows(int32_t token) {
   if (closing_) {
+    // Only tokens on a fewest-token spelling of the completion.
     if (token < 0 || token >= static_cast<int32_t>(vocab_->bytes.size()) || vocab_->special[token]) return false;
     const std::string& b = vocab_->bytes[token];
-    return !b.empty() && completion_.compare(0, b.size(), b) == 0;
+    return !b.empty() && b.size() <= completion_.bytes.size() && completion_.bytes.compare(0, b.size(), b) == 0 &&
+           completion_.min_tokens[b.size()] + 1 == completion_.tokens();
   }
-  return AllowsToken(state_, token);
+  return AllowsWithinBudget(token);
 }
 
-std::string ToolCallConstraint::Completion(const State& s) const {
-  if (s.phase != Phase::kJson && s.phase != Phase::kSuffix) return "";
-  // Greedy: at each step the first byte, in this order, that the grammar accepts. Closing
-  // bytes come first, then what starts the smallest values; keys and literals are forced.
-  static const std::string kOrder = [] {
-    std::string order = "\"}]0-{[tfn,: 1";
+bool ToolCallConstraint::FitsBudget(const State& after) const {
+  if (after.phase != Phase::kJson && after.phase != Phase::kSuffix) return true;
+  // After this token, remaining_ - 1 tokens are left for the completion.
+  return Completion(after).tokens() + kBudgetMargin <= remaining_ - 1;
+}
+
+bool ToolCallConstraint::SkipsBudgetCheck(int32_t token) const {
+  // Inside a string value, a token without '"' or '\\' leaves the completion as it was.
+  return remaining_ > kBudgetHorizon || vocab_->end_of_generation[token] || state_.phase == Phase::kDone ||
+         (state_.phase == Phase::kJson && state_.matcher.InStringBody() && !vocab_->structural[token]) ||
+         state_.phase == Phase::kFree || state_.phase == Phase::kBroken ||
+         (state_.phase == Phase::kWaiting && !vocab_->structural[token]);
+}
+
+bool ToolCallConstraint::TokenFitsBudget(int32_t token) const {
+  const std::string& b = vocab_->bytes[token];
+  if (plan_valid_ && b.size() <= completion_.bytes.size() && completion_.bytes.compare(0, b.size(), b) == 0) {
+    // On the shortest completion: the rest of it is the shortest from there.
+    return completion_.min_tokens[b.size()] + kBudgetMargin <= remaining_ - 1;
+  }
+  State after = state_;
+  return FeedAll(after, b) && FitsBudget(after);
+}
+
+bool ToolCallConstraint::AllowsWithinBudget(int32_t token) const {
+  if (!AllowsToken(state_, token)) return false;
+  return SkipsBudgetCheck(token) || TokenFitsBudget(token);
+}
+
+namespace {
+
+// Bytes tried when completing a call: closing bytes first, then what starts the smallest
+// values, then every other printable byte, then continuation bytes to finish a character.
+const std::string& CompletionBytes() {
+  static const std::string order = [] {
+    std::string o = "\"}]0-{[tfn,: 1";
     for (int c = 0x20; c < 0x7F; ++c) {
-      if (order.find(static_cast<char>(c)) == std::string::npos) order.push_back(static_cast<char>(c));
+      if (o.find(static_cast<char>(c)) == std::string::npos) o.push_back(static_cast<char>(c));
     }
-    order += "\x80\xA0";  // to finish a multi-byte character
-    return order;
+    o += "\x80\xA0";
+    return o;
   }();
+  return order;
+}
+
+constexpr size_t kMaxCompletionStates = 4096;
+constexpr size_t kMaxCachedCompletions = 4096;
+
+}  // namespace
+
+bool ToolCallConstraint::Closed(const State& s) const {
+  return s.phase == Phase::kDone || (format_ == ToolCallFormat::kHermes && s.phase == Phase::kWaiting);
+}
+
+std::string ToolCallConstraint::GreedyCompletion(const State& s) const {
   State cur = s;
   std::string out;
   for (int step = 0; step < 256; ++step) {
-    if (cur.phase == Phase::kDone || (format_ == ToolCallFormat::kHermes && cur.phase == Phase::kWaiting)) return out;
+    if (Closed(cur)) return out;
     bool advanced = false;
-    for (char c : kOrder) {
+    for (char c : CompletionBytes()) {
       State next = cur;
       if (Feed(next, static_cast<uint8_t>(c))) {
         cur = std::move(next);
@@ -177,25 +235,125 @@ std::string ToolCallConstraint::Completion(const State& s) const {
   return "";
 }
 
+std::string ToolCallConstraint::ShortestCompletionBytes(const State& s) const {
+  // States that differ only in a number's digits are merged (else each digit would branch
+  // the search tenfold), so the result is the shortest up to that merge.
+  const std::string start_key = KeyOf(s, /*coarse=*/true);
+  // Breadth-first over the bytes, states merged by key: the shortest completion (a greedy
+  // walk can pick a long key or literal, e.g. "tool_calls" where "response" would do).
+  struct Node {
+    State state;
+    int parent;
+    char byte;
+  };
+  std::vector<Node> nodes;
+  nodes.push_back({s, -1, 0});
+  absl::flat_hash_set<std::string> seen = {start_key};
+  int found = -1;
+  std::string candidates;
+  for (size_t head = 0; head < nodes.size() && found < 0 && nodes.size() < kMaxCompletionStates; ++head) {
+    // Only bytes the matcher may take next (inside a string, '"' and one plain byte stand
+    // for all: every plain byte leads to the same state). Outside JSON (the closing tag),
+    // every byte.
+    const State& from = nodes[head].state;
+    candidates.clear();
+    if (from.phase == Phase::kJson && from.matcher.started()) {
+      from.matcher.AppendNextByteCandidates(candidates);
+    } else {
+      candidates = CompletionBytes();
+    }
+    for (char c : candidates) {
+      State next = nodes[head].state;
+      if (!Feed(next, static_cast<uint8_t>(c))) continue;
+      const bool closed = Closed(next);
+      if (!closed && !seen.insert(KeyOf(next, /*coarse=*/true)).second) continue;
+      nodes.push_back({std::move(next), static_cast<int>(head), c});
+      if (closed) {
+        found = static_cast<int>(nodes.size()) - 1;
+        break;
+      }
+    }
+  }
+  std::string out;
+  if (found >= 0) {
+    for (int i = found; nodes[i].parent >= 0; i = nodes[i].parent) out.push_back(nodes[i].byte);
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+  return GreedyCompletion(s);  // too many states to search: a completion, maybe not the shortest
+}
+
+ToolCallConstraint::CompletionPlan ToolCallConstraint::Completion(const State& s) const {
+  if (s.phase != Phase::kJson && s.phase != Phase::kSuffix) return {};
+  const std::string key = KeyOf(s);
+  if (auto it = completions_.find(key); it != completions_.end()) return it->second;
+  CompletionPlan plan;
+  plan.bytes = ShortestCompletionBytes(s);
+  const size_t n = plan.bytes.size();
+  // Fewest tokens for each suffix, from the end (every byte has a token in byte-level
+  // vocabularies; a gap leaves kUnreachable).
+  plan.min_tokens.assign(n + 1, kUnreachable);
+  plan.min_tokens[n] = 0;
+  if (n == 0 && !Closed(s)) plan.min_tokens[0] = kUnreachable;  // nothing completes it
+  for (size_t i = n; i-- > 0;) {
+    for (size_t len = 1; len <= std::min(n - i, vocab_->longest); ++len) {
+      if (plan.min_tokens[i + len] >= kUnreachable) continue;
+      if (vocab_->id_of_bytes.contains(absl::string_view(plan.bytes).substr(i, len))) {
+        plan.min_tokens[i] = std::min(plan.min_tokens[i], plan.min_tokens[i + len] + 1);
+      }
+    }
+  }
+  if (completions_.size() >= kMaxCachedCompletions) completions_.clear();
+  completions_.emplace(key, plan);
+  return plan;
+}
+
 void ToolCallConstraint::SetBudget(int remaining_tokens) {
+  remaining_ = remaining_tokens;
   closing_ = false;
-  if (remaining_tokens > 64 || (state_.phase != Phase::kJson && state_.phase != Phase::kSuffix)) return;
-  completion_ = Completion(state_);
-  // One byte per token in the worst case (every byte is a token of its own).
-  closing_ = !completion_.empty() && static_cast<int>(completion_.size()) >= remaining_tokens - 1;
+  if (remaining_tokens > kBudgetHorizon || (state_.phase != Phase::kJson && state_.phase != Phase::kSuffix)) {
+    plan_valid_ = false;
+    return;
+  }
+  if (!plan_valid_) {
+    completion_ = Completion(state_);
+    plan_valid_ = true;
+  }
+  closing_ = !completion_.bytes.empty() && completion_.tokens() < kUnreachable &&
+             completion_.tokens() + kBudgetMargin >= remaining_tokens - 1;
 }
 
 void ToolCallConstraint::Accept(int32_t token) {
-  if (token < 0 || token >= static_cast<int32_t>(vocab_->bytes.size()) || vocab_->end_of_generation[token]) return;
-  if (!FeedAll(state_, vocab_->bytes[token])) state_.phase = Phase::kBroken;
+  closing_ = false;
+  if (token < 0 || token >= static_cast<int32_t>(vocab_->bytes.size()) || vocab_->end_of_generation[token]) {
+    plan_valid_ = false;
+    return;
+  }
+  // Carry the completion over when the token follows it (the rest is then the shortest
+  // from the new state), or only adds characters to a string it closes at once; anything
+  // else is searched again at the next SetBudget.
+  const std::string& b = vocab_->bytes[token];
+  if (plan_valid_) {
+    if (b.size() <= completion_.bytes.size() && completion_.bytes.compare(0, b.size(), b) == 0) {
+      completion_.bytes.erase(0, b.size());
+      completion_.min_tokens.erase(completion_.min_tokens.begin(), completion_.min_tokens.begin() + b.size());
+    } else {
+      plan_valid_ = state_.phase == Phase::kJson && state_.matcher.InStringBody() && !vocab_->structural[token] &&
+                    !completion_.bytes.empty() && completion_.bytes[0] == '"';
+    }
+  }
+  if (!FeedAll(state_, b)) {
+    state_.phase = Phase::kBroken;
+    plan_valid_ = false;
+  }
 }
 
-std::string ToolCallConstraint::CacheKey() const {
-  std::string key = state_.matcher.Key();
-  key.push_back(static_cast<char>(state_.phase));
-  key.push_back(static_cast<char>(state_.spaces));
-  key.push_back(static_cast<char>(state_.suffix_pos));
-  key += state_.recent;
+std::string ToolCallConstraint::KeyOf(const State& s, bool coarse) const {
+  std::string key = coarse ? s.matcher.CoarseKey() : s.matcher.Key();
+  key.push_back(static_cast<char>(s.phase));
+  key.push_back(static_cast<char>(s.spaces));
+  key.push_back(static_cast<char>(s.suffix_pos));
+  key += s.recent;
   return key;
 }
 
@@ -214,7 +372,7 @@ bool ToolCallConstraint::Mask(absl::Span<float> logits) {
     }
     return any;
   }
-  const std::string key = CacheKey();
+  const std::string key = KeyOf(state_);
   auto it = cache_.find(key);
   if (it == cache_.end()) {
     std::vector<uint64_t> allowed((n + 63) / 64, 0);
@@ -253,7 +411,25 @@ bool ToolCallConstraint::Mask(absl::Span<float> logits) {
   } else {
     ++masks_cached_;
   }
-  const std::vector<uint64_t>& allowed = it->second;
+  const std::vector<uint64_t>* allowed_ptr = &it->second;
+  std::vector<uint64_t> within_budget;
+  if (remaining_ <= kBudgetHorizon) {
+    // Not cached: it depends on the tokens left. Inside a string only tokens with '"' or
+    // '\\' need the check; elsewhere few tokens are allowed, and each is checked.
+    within_budget = it->second;
+    const bool in_string = state_.matcher.InStringBody();
+    const auto check = [&](int32_t id) {
+      if (((within_budget[id / 64] >> (id % 64)) & 1) == 0 || SkipsBudgetCheck(id)) return;
+      if (!TokenFitsBudget(id)) within_budget[id / 64] &= ~(uint64_t{1} << (id % 64));
+    };
+    if (in_string) {
+      for (int32_t id : vocab_->structural_ids) check(id);
+    } else {
+      for (int32_t id = 0; id < limit; ++id) check(id);
+    }
+    allowed_ptr = &within_budget;
+  }
+  const std::vector<uint64_t>& allowed = *allowed_ptr;
   bool any = false;
   for (int id = 0; id < limit; ++id) {
     if ((allowed[id / 64] >> (id % 64)) & 1) {

@@ -26,6 +26,11 @@ struct VocabBytes {
   std::vector<std::string> bytes;       // text bytes; a special token's own text
   std::vector<bool> special;            // control tokens: never inside a call
   std::vector<bool> end_of_generation;
+  // Tokens with a byte that ends a string or opens structure (" \ { [ , : < >): inside a string
+  // value, the only ones that can make the shortest completion of the call longer.
+  std::vector<bool> structural;
+  std::vector<int32_t> structural_ids;
+  absl::flat_hash_map<std::string, int32_t> id_of_bytes;  // non-special tokens
   std::vector<int32_t> sorted;          // non-special, non-empty tokens in byte order
   std::vector<uint32_t> shared_prefix;  // bytes sorted[i] shares with sorted[i - 1]
   // sorted[i]'s bytes are sorted_text[sorted_offset[i], sorted_offset[i + 1]): read in
@@ -44,10 +49,15 @@ class ToolCallConstraint : public TokenConstraint {
   bool Allows(int32_t token) override;
   bool Mask(absl::Span<float> logits) override;
   void Accept(int32_t token) override;
-  // Near the end of the budget, only tokens that spell the shortest completion of the
-  // open call (closing strings, objects, the tag) are allowed, so a call is never cut off.
+  // Near the end of the budget a token is allowed only if the shortest completion of the
+  // call after it still fits in the tokens left; at the end, only tokens that spell that
+  // completion (closing strings, objects, the tag). So a call is never cut off.
   void SetBudget(int remaining_tokens) override;
   bool closing() const { return closing_; }
+  // The shortest completion of the open call from the current state, and the fewest tokens
+  // that spell it (tests, benchmarks).
+  std::string completion_bytes() const { return Completion(state_).bytes; }
+  int completion_tokens() const { return Completion(state_).tokens(); }
 
   // Statistics for reports and benchmarks.
   int masks_computed() const { return masks_computed_; }
@@ -69,17 +79,36 @@ class ToolCallConstraint : public TokenConstraint {
   bool FeedAll(State& s, std::string_view bytes) const;
   bool AllowsEnd(const State& s) const;
   bool AllowsToken(const State& s, int32_t token) const;
-  std::string CacheKey() const;
-  // Bytes that complete the open call from `s` (empty if none is open or none was found).
-  std::string Completion(const State& s) const;
+  // AllowsToken, and near the end of the budget, room left to complete the call after it.
+  bool AllowsWithinBudget(int32_t token) const;
+  bool FitsBudget(const State& after) const;
+  bool SkipsBudgetCheck(int32_t token) const;
+  bool TokenFitsBudget(int32_t token) const;
+  std::string KeyOf(const State& s, bool coarse = false) const;
+  bool Closed(const State& s) const;  // the call is complete
+  // The shortest bytes that complete the open call, and the fewest tokens that spell each
+  // of their suffixes: min_tokens[i] for bytes[i..] (kUnreachable if none does).
+  struct CompletionPlan {
+    std::string bytes;
+    std::vector<int> min_tokens = {0};
+    int tokens() const { return min_tokens[0]; }
+  };
+  static constexpr int kUnreachable = 1 << 20;
+  // Empty (0 tokens) when no call is open from `s`.
+  CompletionPlan Completion(const State& s) const;
+  std::string ShortestCompletionBytes(const State& s) const;
+  std::string GreedyCompletion(const State& s) const;
 
   std::shared_ptr<const VocabBytes> vocab_;
   std::shared_ptr<const Grammar> grammar_;
   ToolCallFormat format_;
   State state_;
   absl::flat_hash_map<std::string, std::vector<uint64_t>> cache_;
+  mutable absl::flat_hash_map<std::string, CompletionPlan> completions_;  // by state key
   bool closing_ = false;
-  std::string completion_;  // while closing_
+  int remaining_ = 1 << 30;  // tokens left, this one included (SetBudget)
+  CompletionPlan completion_;  // from the current state, when plan_valid_ (SetBudget)
+  bool plan_valid_ = false;
   int masks_computed_ = 0;
   int masks_cached_ = 0;
 };

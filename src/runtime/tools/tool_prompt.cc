@@ -66,7 +66,7 @@ std::string Instructions(const ToolRegistry& tools, ToolCallFormat format) {
           "Tools:\n",
           ToolList(tools), "For example: {\"tool_calls\": [{\"name\": \"", tools.size() > 0 ? tools.tool(0).name : "",
           "\", \"arguments\": ", tools.size() > 0 ? ExampleValue(tools.schema(0).root()).dump() : "{}", "}]}\n",
-          "Use a tool for any calculation, conversion or fact lookup; then answer with the result.");
+          "Use the tool whose description fits the question; when its results are back, answer with them.");
   }
 }
 
@@ -96,8 +96,10 @@ std::vector<ChatMessage> MessagesWithToolPrompt(const std::vector<ChatMessage>& 
     const std::string& base = chat.default_system_prompt();
     out.push_back({"system", base.empty() ? instructions : absl::StrCat(base, "\n\n", instructions)});
   }
+  std::string question;  // the user's latest request, repeated with tool results
   for (; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
+    if (m.role == "user") question = m.content;
     if (m.role != "tool") {
       out.push_back(m);
       continue;
@@ -108,9 +110,8 @@ std::vector<ChatMessage> MessagesWithToolPrompt(const std::vector<ChatMessage>& 
       absl::StrAppend(&text, messages[i].name.empty() ? "tool" : messages[i].name, ": ", messages[i].content, "\n");
     }
     --i;
-    absl::StrAppend(&text, format == ToolCallFormat::kGeneric
-                               ? "Answer with {\"response\": \"...\"}, or call more tools."
-                               : "Answer the user, or call more tools.");
+    // Small models copy placeholders, so the reminder names the question, not a format.
+    absl::StrAppend(&text, "\nUse these results to answer the question: ", question);
     out.push_back({"user", text});
   }
   return out;
