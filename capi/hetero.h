@@ -1,8 +1,21 @@
-/* hetero C ABI. Pure C99; every symbol is prefixed hetero_. This header grows with the
- * C ABI issue; what is here is stable. */
+/* hetero C ABI. Pure C99 (also valid C++); every symbol is prefixed hetero_.
+ *
+ * Conventions (docs/C_API.md has the whole reference):
+ * - Every fallible function returns a hetero_status and writes results through
+ *   out-parameters; on failure hetero_last_error() holds a message for this thread.
+ * - Handles are opaque. Each has a create and a destroy function; destroying NULL does
+ *   nothing.
+ * - Option structs start with struct_size; fill them with their *_default() function
+ *   first, so that a program built against this header keeps working when fields are
+ *   added at the end.
+ * - Strings the library returns belong to the handle they came from and stay valid until
+ *   it is destroyed, unless stated otherwise. Strings passed in are copied when needed.
+ * - No C++ exception ever leaves the library.
+ */
 #ifndef HETERO_C_H_
 #define HETERO_C_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -16,7 +29,7 @@ extern "C" {
 #endif
 
 /* Incremented on every incompatible change of this header. */
-#define HETERO_ABI_VERSION 1
+#define HETERO_ABI_VERSION 2
 
 /* The ABI version the loaded library implements; compare with HETERO_ABI_VERSION.
  * Thread-safe. */
@@ -25,6 +38,165 @@ HETERO_C_API uint32_t hetero_abi_version(void);
 /* "MAJOR.MINOR.PATCH" of the loaded library; a static string, never freed.
  * Thread-safe. */
 HETERO_C_API const char* hetero_version_string(void);
+
+/* ---- Status ------------------------------------------------------------------------ */
+
+typedef enum hetero_status {
+  HETERO_OK = 0,
+  HETERO_INVALID_ARGUMENT = 1, /* a NULL or malformed argument, a bad option value */
+  HETERO_NOT_FOUND = 2,        /* a file or name that does not exist */
+  HETERO_UNSUPPORTED = 3,      /* a model, format or feature hetero does not implement */
+  HETERO_OUT_OF_MEMORY = 4,    /* host memory, or KV cache memory exhausted */
+  HETERO_DEVICE_ERROR = 5,     /* a GPU or driver failure */
+  HETERO_TIMEOUT = 6,          /* a deadline passed */
+  HETERO_CANCELLED = 7,        /* hetero_session_cancel, or a callback asked to stop */
+  HETERO_BUSY = 8,             /* the engine's queue is full, or the session is running */
+  HETERO_INTERNAL = 9,         /* a bug in hetero; the message says where */
+  HETERO_DATA_LOSS = 10        /* a corrupt or truncated input file */
+} hetero_status;
+
+/* A static name such as "HETERO_NOT_FOUND" ("HETERO_UNKNOWN_STATUS" for other values).
+ * Thread-safe. */
+HETERO_C_API const char* hetero_status_name(hetero_status status);
+
+/* The message of the last failure of a hetero_* call on this thread ("" if none). Valid
+ * until the next failing call on this thread. Thread-safe (thread-local). */
+HETERO_C_API const char* hetero_last_error(void);
+
+/* ---- Engine ------------------------------------------------------------------------ */
+
+typedef struct hetero_engine hetero_engine;
+
+typedef struct hetero_engine_options {
+  size_t struct_size;      /* sizeof(hetero_engine_options) */
+  const char* model_path;  /* NULL: $HETERO_MODEL, then models/SmolLM2-135M-Instruct.Q4_1.gguf */
+  int32_t threads;         /* CPU threads; 0: every logical CPU */
+  const char* scheduler;   /* a built-in policy: "seed" (default), "cpu", "gpu", "cost", ... */
+  int32_t max_sessions;    /* 0: the library default (64) */
+} hetero_engine_options;
+
+/* Fills `options` with the defaults (and struct_size). */
+HETERO_C_API void hetero_engine_options_default(hetero_engine_options* options);
+
+/* Loads the model and starts the engine. `options` may be NULL (defaults). Thread-safe.
+ * NOT_FOUND: no model file; DATA_LOSS: a corrupt file; UNSUPPORTED: an architecture or
+ * weight type hetero does not run. */
+HETERO_C_API hetero_status hetero_engine_create(const hetero_engine_options* options, hetero_engine** out_engine);
+
+/* Releases the handle. Sessions created from it keep the model and workers alive until
+ * they are destroyed too. Do not call it while another thread uses the handle. */
+HETERO_C_API void hetero_engine_destroy(hetero_engine* engine);
+
+/* ---- Tools ------------------------------------------------------------------------- */
+
+struct hetero_result;
+
+/* Where a tool handler writes its answer; valid only during the handler call. */
+typedef struct hetero_tool_reply hetero_tool_reply;
+
+/* Called on a library thread, possibly concurrently with itself, with the call's
+ * arguments as a JSON object text (already validated against the tool's schema). It
+ * must set a result or an error on `reply` before returning; a handler that sets
+ * neither gives the model an error. A handler still running when its timeout passes is
+ * abandoned (the model is told it timed out) but not interrupted: `user_data` must stay
+ * valid until every handler call has returned, even after the run ended. */
+typedef void (*hetero_tool_handler)(const char* arguments_json, hetero_tool_reply* reply, void* user_data);
+
+/* The text the model sees as the tool's result (copied; `length` bytes, need not be
+ * NUL-terminated). INVALID_ARGUMENT for a NULL reply or text. */
+HETERO_C_API hetero_status hetero_tool_reply_set_result(hetero_tool_reply* reply, const char* text, size_t length);
+/* The tool failed: the model sees "error: <name> failed: <message>". */
+HETERO_C_API hetero_status hetero_tool_reply_set_error(hetero_tool_reply* reply, const char* message);
+
+typedef struct hetero_tool {
+  size_t struct_size;           /* sizeof(hetero_tool) */
+  const char* name;             /* 1-64 of [A-Za-z0-9_-] */
+  const char* description;
+  const char* parameters_json;  /* a JSON schema of type "object" (subset: docs/TOOLS.md) */
+  hetero_tool_handler handler;
+  void* user_data;              /* passed to handler */
+  uint32_t timeout_ms;          /* 0: 10000 */
+} hetero_tool;
+
+HETERO_C_API void hetero_tool_default(hetero_tool* tool);
+
+/* A set of tools, shared by the runs that use it. Not thread-safe while being built
+ * (hetero_tools_add); safe to use from several runs at once afterwards. */
+typedef struct hetero_tools hetero_tools;
+
+HETERO_C_API hetero_status hetero_tools_create(hetero_tools** out_tools);
+/* Runs that use the set keep it alive until they end. */
+HETERO_C_API void hetero_tools_destroy(hetero_tools* tools);
+/* Copies `tool`. INVALID_ARGUMENT naming the problem: a bad or duplicate name, a NULL
+ * handler, a schema that is not JSON or uses an unsupported keyword (named with its path). */
+HETERO_C_API hetero_status hetero_tools_add(hetero_tools* tools, const hetero_tool* tool);
+
+/* Runs one call of a tool exactly as the agent loop would (arguments validated against
+ * the schema, the handler on its own thread with the tool's timeout, the result cut to
+ * 16384 bytes) without a model: for testing tools. The result's text is what the model
+ * would read; its report has one tool_calls entry with the outcome ("ok",
+ * "unknown_tool", "invalid_arguments", "parse_error", "handler_error", "timeout"). Only a
+ * NULL argument fails; the tool's own failures are outcomes. */
+HETERO_C_API hetero_status hetero_tools_invoke(const hetero_tools* tools, const char* name, const char* arguments_json,
+                                               struct hetero_result** out_result);
+
+/* ---- Sessions and runs --------------------------------------------------------------- */
+
+typedef struct hetero_session hetero_session;
+
+/* A conversation. `system_prompt` may be NULL (the model's default). Thread-safe on the
+ * engine. */
+HETERO_C_API hetero_status hetero_session_create(hetero_engine* engine, const char* system_prompt,
+                                                 hetero_session** out_session);
+/* Cancels a run in progress (it returns CANCELLED) and frees the session. Call it only
+ * once no other thread is inside hetero_session_run on it. */
+HETERO_C_API void hetero_session_destroy(hetero_session* session);
+/* Ends the run in progress, from any thread; a no-op when none runs. */
+HETERO_C_API hetero_status hetero_session_cancel(hetero_session* session);
+
+/* Receives generated answer text as it is produced (never tool-call markup), on a library
+ * thread; `text` is `length` bytes of UTF-8 and not NUL-terminated. Return 0 to go on,
+ * anything else to cancel the run (it returns CANCELLED). */
+typedef int (*hetero_text_callback)(const char* text, size_t length, void* user_data);
+
+typedef struct hetero_run_options {
+  size_t struct_size;             /* sizeof(hetero_run_options) */
+  int32_t max_tokens;             /* per Generate stage; default 256 */
+  float temperature;              /* 0: greedy (default) */
+  int32_t top_k;                  /* 0: off */
+  float top_p;                    /* 1: off */
+  uint64_t seed;
+  uint32_t timeout_ms;            /* for the whole run; 0: none */
+  hetero_text_callback on_text;   /* NULL: no streaming */
+  void* on_text_user_data;
+  const hetero_tools* tools;      /* NULL: no tools */
+  int32_t max_tool_rounds;        /* default 4 */
+  int32_t constrain_tool_calls;   /* nonzero (default): calls are valid by construction */
+} hetero_run_options;
+
+HETERO_C_API void hetero_run_options_default(hetero_run_options* options);
+
+/* The outcome of a run: the final answer and the task report. Immutable; thread-safe. */
+typedef struct hetero_result hetero_result;
+
+/* Appends `user_message` to the conversation and runs it (Understand, Generate, and with
+ * tools the agent loop) to the final answer. `options` may be NULL (defaults). One run at
+ * a time per session (BUSY otherwise). On failure the conversation is as it was and
+ * *out_result is NULL. */
+HETERO_C_API hetero_status hetero_session_run(hetero_session* session, const char* user_message,
+                                              const hetero_run_options* options, hetero_result** out_result);
+
+HETERO_C_API void hetero_result_destroy(hetero_result* result);
+/* The final answer (UTF-8, NUL-terminated); "" for NULL. */
+HETERO_C_API const char* hetero_result_text(const hetero_result* result);
+/* The task report as a JSON object: stages (stage, device, start_ms, end_ms, tokens_in,
+ * tokens_out, reason), tool_calls (round, name, arguments, outcome, detail, result_bytes,
+ * truncated, ms, duplicate), prompt_tokens, reused_prompt_tokens, generated_tokens,
+ * time_to_first_token_ms, total_ms, stop_reason, tool_format, constraint_ms,
+ * constraint_masked_steps. "{}" for NULL. */
+HETERO_C_API const char* hetero_result_report_json(const hetero_result* result);
+HETERO_C_API int32_t hetero_result_generated_tokens(const hetero_result* result);
+HETERO_C_API int32_t hetero_result_tool_call_count(const hetero_result* result);
 
 #ifdef __cplusplus
 }

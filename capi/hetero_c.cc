@@ -1,13 +1,423 @@
-// C ABI entry points. None of them can fail or throw yet; the status/handle machinery
-// arrives with the C ABI issue.
+// C ABI entry points over the C++ API. Every entry point catches everything: a C++
+// exception must never cross into C. Failures set a thread-local message.
 #include "hetero.h"
 
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "hetero/engine.h"
+#include "hetero/tools.h"
 #include "hetero/version.h"
+#include "nlohmann/json.hpp"
+#include "src/runtime/tools/tool_runner.h"
+
+struct hetero_engine {
+  std::unique_ptr<hetero::Engine> engine;
+};
+
+struct hetero_session {
+  std::unique_ptr<hetero::Session> session;
+};
+
+struct hetero_tools {
+  std::shared_ptr<hetero::ToolRegistry> registry = std::make_shared<hetero::ToolRegistry>();
+};
+
+struct hetero_tool_reply {
+  std::optional<std::string> result;
+  std::optional<std::string> error;
+};
+
+struct hetero_result {
+  std::string text;
+  std::string report_json;
+  int32_t generated_tokens = 0;
+  int32_t tool_calls = 0;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+hetero_status Fail(hetero_status status, std::string message) {
+  last_error = std::move(message);
+  return status;
+}
+
+hetero_status FromStatus(const absl::Status& s) {
+  if (s.ok()) return HETERO_OK;
+  hetero_status code = HETERO_INTERNAL;
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      code = HETERO_INVALID_ARGUMENT;
+      break;
+    case absl::StatusCode::kNotFound:
+      code = HETERO_NOT_FOUND;
+      break;
+    case absl::StatusCode::kUnimplemented:
+      code = HETERO_UNSUPPORTED;
+      break;
+    case absl::StatusCode::kResourceExhausted:
+      code = HETERO_OUT_OF_MEMORY;
+      break;
+    case absl::StatusCode::kDeadlineExceeded:
+      code = HETERO_TIMEOUT;
+      break;
+    case absl::StatusCode::kCancelled:
+      code = HETERO_CANCELLED;
+      break;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kFailedPrecondition:
+      code = HETERO_BUSY;
+      break;
+    case absl::StatusCode::kDataLoss:
+      code = HETERO_DATA_LOSS;
+      break;
+    case absl::StatusCode::kAborted:
+      code = HETERO_DEVICE_ERROR;
+      break;
+    default:
+      break;
+  }
+  return Fail(code, std::string(s.message()));
+}
+
+// Runs `body`, turning any exception into a status.
+template <typename Body>
+hetero_status Guard(const char* function, Body&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(HETERO_OUT_OF_MEMORY, std::string(function) + ": out of memory");
+  } catch (const std::exception& e) {
+    return Fail(HETERO_INTERNAL, std::string(function) + ": " + e.what());
+  } catch (...) {
+    return Fail(HETERO_INTERNAL, std::string(function) + ": unknown exception");
+  }
+}
+
+hetero_status NullArgument(const char* function, const char* name) {
+  return Fail(HETERO_INVALID_ARGUMENT, std::string(function) + ": " + name + " is NULL");
+}
+
+// A caller's struct may be older (smaller) than ours: fields past its struct_size keep
+// their defaults. A size below the first field, or larger than ours, is refused (a newer
+// caller's fields would be ignored silently).
+template <typename T>
+hetero_status ReadOptions(const char* function, const T* in, T& out, void (*defaults)(T*)) {
+  defaults(&out);
+  if (in == nullptr) return HETERO_OK;
+  if (in->struct_size < sizeof(size_t) || in->struct_size > sizeof(T)) {
+    return Fail(HETERO_INVALID_ARGUMENT, std::string(function) + ": struct_size " + std::to_string(in->struct_size) +
+                                             " is not between " + std::to_string(sizeof(size_t)) + " and " +
+                                             std::to_string(sizeof(T)) + " (call the *_default function first)");
+  }
+  std::memcpy(static_cast<void*>(&out), in, in->struct_size);
+  out.struct_size = sizeof(T);
+  return HETERO_OK;
+}
+
+nlohmann::json ReportJson(const hetero::TaskReport& r) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const hetero::StageReport& s : r.stages) {
+    stages.push_back({{"stage", std::string(hetero::StageName(s.stage))},
+                      {"device", std::string(hetero::DeviceName(s.device))},
+                      {"start_ms", s.start_ms},
+                      {"end_ms", s.end_ms},
+                      {"tokens_in", s.tokens_in},
+                      {"tokens_out", s.tokens_out},
+                      {"reason", s.reason}});
+  }
+  nlohmann::json calls = nlohmann::json::array();
+  for (const hetero::ToolCallReport& c : r.tool_calls) {
+    calls.push_back({{"round", c.round},
+                     {"name", c.name},
+                     {"arguments", c.arguments_json},
+                     {"outcome", c.outcome},
+                     {"detail", c.detail},
+                     {"result_bytes", c.result_bytes},
+                     {"truncated", c.truncated},
+                     {"ms", c.ms},
+                     {"duplicate", c.duplicate}});
+  }
+  return {{"stages", stages},
+          {"tool_calls", calls},
+          {"prompt_tokens", r.prompt_tokens},
+          {"reused_prompt_tokens", r.reused_prompt_tokens},
+          {"generated_tokens", r.generated_tokens},
+          {"time_to_first_token_ms", r.time_to_first_token_ms},
+          {"total_ms", r.total_ms},
+          {"stop_reason", r.stop_reason},
+          {"tool_format", r.tool_format},
+          {"constraint_ms", r.constraint_ms},
+          {"constraint_masked_steps", r.constraint_masked_steps}};
+}
+
+}  // namespace
 
 extern "C" {
 
 uint32_t hetero_abi_version(void) { return HETERO_ABI_VERSION; }
 
 const char* hetero_version_string(void) { return hetero::VersionString(); }
+
+const char* hetero_status_name(hetero_status status) {
+  switch (status) {
+    case HETERO_OK: return "HETERO_OK";
+    case HETERO_INVALID_ARGUMENT: return "HETERO_INVALID_ARGUMENT";
+    case HETERO_NOT_FOUND: return "HETERO_NOT_FOUND";
+    case HETERO_UNSUPPORTED: return "HETERO_UNSUPPORTED";
+    case HETERO_OUT_OF_MEMORY: return "HETERO_OUT_OF_MEMORY";
+    case HETERO_DEVICE_ERROR: return "HETERO_DEVICE_ERROR";
+    case HETERO_TIMEOUT: return "HETERO_TIMEOUT";
+    case HETERO_CANCELLED: return "HETERO_CANCELLED";
+    case HETERO_BUSY: return "HETERO_BUSY";
+    case HETERO_INTERNAL: return "HETERO_INTERNAL";
+    case HETERO_DATA_LOSS: return "HETERO_DATA_LOSS";
+  }
+  return "HETERO_UNKNOWN_STATUS";
+}
+
+const char* hetero_last_error(void) { return last_error.c_str(); }
+
+void hetero_engine_options_default(hetero_engine_options* options) {
+  if (options == nullptr) return;
+  *options = hetero_engine_options{};
+  options->struct_size = sizeof(hetero_engine_options);
+  options->scheduler = "seed";
+}
+
+hetero_status hetero_engine_create(const hetero_engine_options* options, hetero_engine** out_engine) {
+  return Guard("hetero_engine_create", [&]() -> hetero_status {
+    if (out_engine == nullptr) return NullArgument("hetero_engine_create", "out_engine");
+    *out_engine = nullptr;
+    hetero_engine_options o;
+    if (hetero_status s = ReadOptions("hetero_engine_create", options, o, hetero_engine_options_default); s != HETERO_OK) {
+      return s;
+    }
+    if (o.threads < 0) return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_create: threads must be >= 0");
+    if (o.max_sessions < 0) return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_create: max_sessions must be >= 0");
+    hetero::EngineOptions engine_options;
+    engine_options.threads = o.threads;
+    if (o.scheduler != nullptr) engine_options.scheduler = o.scheduler;
+    if (o.max_sessions > 0) engine_options.max_sessions = o.max_sessions;
+    auto engine = hetero::Engine::Create(o.model_path != nullptr ? o.model_path : "", engine_options);
+    if (!engine.ok()) return FromStatus(engine.status());
+    *out_engine = new hetero_engine{std::move(*engine)};
+    return HETERO_OK;
+  });
+}
+
+void hetero_engine_destroy(hetero_engine* engine) {
+  try {
+    delete engine;
+  } catch (...) {
+  }
+}
+
+hetero_status hetero_tool_reply_set_result(hetero_tool_reply* reply, const char* text, size_t length) {
+  return Guard("hetero_tool_reply_set_result", [&]() -> hetero_status {
+    if (reply == nullptr) return NullArgument("hetero_tool_reply_set_result", "reply");
+    if (text == nullptr && length > 0) return NullArgument("hetero_tool_reply_set_result", "text");
+    reply->result = std::string(text == nullptr ? "" : text, length);
+    reply->error.reset();
+    return HETERO_OK;
+  });
+}
+
+hetero_status hetero_tool_reply_set_error(hetero_tool_reply* reply, const char* message) {
+  return Guard("hetero_tool_reply_set_error", [&]() -> hetero_status {
+    if (reply == nullptr) return NullArgument("hetero_tool_reply_set_error", "reply");
+    if (message == nullptr) return NullArgument("hetero_tool_reply_set_error", "message");
+    reply->error = std::string(message);
+    reply->result.reset();
+    return HETERO_OK;
+  });
+}
+
+void hetero_tool_default(hetero_tool* tool) {
+  if (tool == nullptr) return;
+  *tool = hetero_tool{};
+  tool->struct_size = sizeof(hetero_tool);
+}
+
+hetero_status hetero_tools_create(hetero_tools** out_tools) {
+  return Guard("hetero_tools_create", [&]() -> hetero_status {
+    if (out_tools == nullptr) return NullArgument("hetero_tools_create", "out_tools");
+    *out_tools = new hetero_tools;
+    return HETERO_OK;
+  });
+}
+
+void hetero_tools_destroy(hetero_tools* tools) {
+  try {
+    delete tools;
+  } catch (...) {
+  }
+}
+
+hetero_status hetero_tools_add(hetero_tools* tools, const hetero_tool* tool) {
+  return Guard("hetero_tools_add", [&]() -> hetero_status {
+    if (tools == nullptr) return NullArgument("hetero_tools_add", "tools");
+    if (tool == nullptr) return NullArgument("hetero_tools_add", "tool");
+    hetero_tool t;
+    if (hetero_status s = ReadOptions("hetero_tools_add", tool, t, hetero_tool_default); s != HETERO_OK) return s;
+    if (t.name == nullptr) return NullArgument("hetero_tools_add", "tool->name");
+    if (t.parameters_json == nullptr) return NullArgument("hetero_tools_add", "tool->parameters_json");
+    if (t.handler == nullptr) return NullArgument("hetero_tools_add", "tool->handler");
+    hetero::Tool cpp;
+    cpp.name = t.name;
+    cpp.description = t.description != nullptr ? t.description : "";
+    cpp.parameters_json = t.parameters_json;
+    if (t.timeout_ms > 0) cpp.timeout = std::chrono::milliseconds(t.timeout_ms);
+    cpp.handler = [handler = t.handler, user_data = t.user_data,
+                   name = cpp.name](const std::string& arguments) -> absl::StatusOr<std::string> {
+      hetero_tool_reply reply;
+      handler(arguments.c_str(), &reply, user_data);
+      if (reply.error.has_value()) return absl::UnknownError(*reply.error);
+      if (!reply.result.has_value()) {
+        return absl::InternalError("the tool's handler set neither a result nor an error");
+      }
+      return std::move(*reply.result);
+    };
+    return FromStatus(tools->registry->Register(std::move(cpp)));
+  });
+}
+
+hetero_status hetero_tools_invoke(const hetero_tools* tools, const char* name, const char* arguments_json,
+                                  hetero_result** out_result) {
+  return Guard("hetero_tools_invoke", [&]() -> hetero_status {
+    if (out_result == nullptr) return NullArgument("hetero_tools_invoke", "out_result");
+    *out_result = nullptr;
+    if (tools == nullptr) return NullArgument("hetero_tools_invoke", "tools");
+    if (name == nullptr) return NullArgument("hetero_tools_invoke", "name");
+    if (arguments_json == nullptr) return NullArgument("hetero_tools_invoke", "arguments_json");
+    hetero::ParsedToolCall call;
+    call.name = name;
+    call.raw = arguments_json;
+    // As the parser would hand it over: compact JSON, or the reason it is not an object.
+    const nlohmann::json parsed = nlohmann::json::parse(arguments_json, nullptr, false);
+    if (parsed.is_discarded()) {
+      call.error = "arguments are not valid JSON";
+    } else if (!parsed.is_object()) {
+      call.error = "arguments are not a JSON object";
+    } else {
+      call.arguments_json = parsed.dump();
+    }
+    hetero::RunOptions defaults;
+    std::vector<hetero::internal::ToolRunResult> runs =
+        hetero::internal::RunToolCalls(*tools->registry, {call}, 0, defaults.max_tool_result_bytes, nullptr);
+    auto out = std::make_unique<hetero_result>();
+    out->text = runs[0].content;
+    hetero::TaskReport report;
+    report.tool_calls.push_back(runs[0].report);
+    out->report_json = ReportJson(report).dump();
+    out->tool_calls = 1;
+    *out_result = out.release();
+    return HETERO_OK;
+  });
+}
+
+hetero_status hetero_session_create(hetero_engine* engine, const char* system_prompt, hetero_session** out_session) {
+  return Guard("hetero_session_create", [&]() -> hetero_status {
+    if (out_session == nullptr) return NullArgument("hetero_session_create", "out_session");
+    *out_session = nullptr;
+    if (engine == nullptr) return NullArgument("hetero_session_create", "engine");
+    auto session = engine->engine->NewSession(system_prompt != nullptr ? system_prompt : "");
+    if (!session.ok()) return FromStatus(session.status());
+    *out_session = new hetero_session{std::move(*session)};
+    return HETERO_OK;
+  });
+}
+
+void hetero_session_destroy(hetero_session* session) {
+  try {
+    delete session;
+  } catch (...) {
+  }
+}
+
+hetero_status hetero_session_cancel(hetero_session* session) {
+  return Guard("hetero_session_cancel", [&]() -> hetero_status {
+    if (session == nullptr) return NullArgument("hetero_session_cancel", "session");
+    session->session->Cancel();
+    return HETERO_OK;
+  });
+}
+
+void hetero_run_options_default(hetero_run_options* options) {
+  if (options == nullptr) return;
+  *options = hetero_run_options{};
+  options->struct_size = sizeof(hetero_run_options);
+  options->max_tokens = 256;
+  options->top_p = 1.0f;
+  options->max_tool_rounds = 4;
+  options->constrain_tool_calls = 1;
+}
+
+hetero_status hetero_session_run(hetero_session* session, const char* user_message, const hetero_run_options* options,
+                                 hetero_result** out_result) {
+  return Guard("hetero_session_run", [&]() -> hetero_status {
+    if (out_result == nullptr) return NullArgument("hetero_session_run", "out_result");
+    *out_result = nullptr;
+    if (session == nullptr) return NullArgument("hetero_session_run", "session");
+    if (user_message == nullptr) return NullArgument("hetero_session_run", "user_message");
+    hetero_run_options o;
+    if (hetero_status s = ReadOptions("hetero_session_run", options, o, hetero_run_options_default); s != HETERO_OK) {
+      return s;
+    }
+    if (o.max_tokens < 1) return Fail(HETERO_INVALID_ARGUMENT, "hetero_session_run: max_tokens must be >= 1");
+    if (o.max_tool_rounds < 0) return Fail(HETERO_INVALID_ARGUMENT, "hetero_session_run: max_tool_rounds must be >= 0");
+    if (!(o.temperature >= 0) || !(o.top_p > 0 && o.top_p <= 1) || o.top_k < 0) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_session_run: temperature must be >= 0, top_p in (0, 1], top_k >= 0");
+    }
+    hetero::RunOptions run;
+    run.max_tokens = o.max_tokens;
+    run.sampling.temperature = o.temperature;
+    run.sampling.top_k = o.top_k;
+    run.sampling.top_p = o.top_p;
+    run.sampling.seed = o.seed;
+    run.timeout = std::chrono::milliseconds(o.timeout_ms);
+    if (o.on_text != nullptr) {
+      run.on_text = [callback = o.on_text, user_data = o.on_text_user_data](std::string_view piece) {
+        return callback(piece.data(), piece.size(), user_data) == 0;
+      };
+    }
+    if (o.tools != nullptr) run.tool_registry = o.tools->registry;
+    run.max_tool_rounds = o.max_tool_rounds;
+    run.constrain_tool_calls = o.constrain_tool_calls != 0;
+    auto result = session->session->Run(user_message, run);
+    if (!result.ok()) return FromStatus(result.status());
+    auto out = std::make_unique<hetero_result>();
+    out->text = std::move(result->text);
+    out->report_json = ReportJson(result->report).dump();
+    out->generated_tokens = result->report.generated_tokens;
+    out->tool_calls = static_cast<int32_t>(result->report.tool_calls.size());
+    *out_result = out.release();
+    return HETERO_OK;
+  });
+}
+
+void hetero_result_destroy(hetero_result* result) { delete result; }
+
+const char* hetero_result_text(const hetero_result* result) { return result != nullptr ? result->text.c_str() : ""; }
+
+const char* hetero_result_report_json(const hetero_result* result) {
+  return result != nullptr ? result->report_json.c_str() : "{}";
+}
+
+int32_t hetero_result_generated_tokens(const hetero_result* result) {
+  return result != nullptr ? result->generated_tokens : 0;
+}
+
+int32_t hetero_result_tool_call_count(const hetero_result* result) { return result != nullptr ? result->tool_calls : 0; }
 
 }  // extern "C"

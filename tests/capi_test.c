@@ -1,0 +1,328 @@
+/* The C ABI from C: NULL and invalid arguments give the right status and a message that
+ * names the function; option structs are checked by size; tools report their failures
+ * (error, slow, no result) as outcomes; a run on the default model streams the answer
+ * and returns a report; create/destroy cycles (run under LeakSanitizer by CTest).
+ *   capi_test [MODEL]   (exit 77, skipped, when the model is missing) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hetero.h"
+
+static int failures = 0;
+
+#define CHECK(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                          \
+    }                                                                      \
+  } while (0)
+
+/* The status is `want` and the thread's message contains `text`. */
+static void expect(hetero_status got, hetero_status want, const char* text, int line) {
+  if (got != want) {
+    fprintf(stderr, "line %d: got %s, want %s (%s)\n", line, hetero_status_name(got), hetero_status_name(want),
+            hetero_last_error());
+    ++failures;
+  } else if (text != NULL && strstr(hetero_last_error(), text) == NULL) {
+    fprintf(stderr, "line %d: message '%s' lacks '%s'\n", line, hetero_last_error(), text);
+    ++failures;
+  }
+}
+#define EXPECT(call, want, text) expect((call), (want), (text), __LINE__)
+
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+/* Tools: one answers, one fails, one is slow, one forgets to answer. */
+static void add_handler(const char* arguments, hetero_tool_reply* reply, void* user_data) {
+  int* calls = (int*)user_data;
+  ++*calls;
+  double a = 0, b = 0;
+  const char* pa = strstr(arguments, "\"a\":");
+  const char* pb = strstr(arguments, "\"b\":");
+  if (pa != NULL) a = strtod(pa + 4, NULL);
+  if (pb != NULL) b = strtod(pb + 4, NULL);
+  char text[64];
+  snprintf(text, sizeof text, "%g", a + b);
+  hetero_tool_reply_set_result(reply, text, strlen(text));
+}
+static void failing_handler(const char* arguments, hetero_tool_reply* reply, void* user_data) {
+  (void)arguments;
+  (void)user_data;
+  hetero_tool_reply_set_error(reply, "the disk is on fire");
+}
+static void slow_handler(const char* arguments, hetero_tool_reply* reply, void* user_data) {
+  (void)arguments;
+  (void)user_data;
+  sleep_ms(400);
+  hetero_tool_reply_set_result(reply, "late", 4);
+}
+static void silent_handler(const char* arguments, hetero_tool_reply* reply, void* user_data) {
+  (void)arguments;
+  (void)reply;
+  (void)user_data;
+}
+
+static const char* kAddSchema =
+    "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"number\"}, \"b\": {\"type\": \"number\"}},"
+    " \"required\": [\"a\", \"b\"]}";
+static const char* kEmptySchema = "{\"type\": \"object\", \"properties\": {}}";
+
+static hetero_tools* make_tools(int* add_calls) {
+  hetero_tools* tools = NULL;
+  EXPECT(hetero_tools_create(&tools), HETERO_OK, NULL);
+  hetero_tool t;
+  hetero_tool_default(&t);
+  t.name = "add";
+  t.description = "Adds two numbers a and b.";
+  t.parameters_json = kAddSchema;
+  t.handler = add_handler;
+  t.user_data = add_calls;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_OK, NULL);
+  t.name = "broken";
+  t.description = "Always fails.";
+  t.parameters_json = kEmptySchema;
+  t.handler = failing_handler;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_OK, NULL);
+  t.name = "slow";
+  t.handler = slow_handler;
+  t.timeout_ms = 100;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_OK, NULL);
+  t.name = "silent";
+  t.handler = silent_handler;
+  t.timeout_ms = 0;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_OK, NULL);
+  return tools;
+}
+
+/* The outcome of one invocation, from the report JSON. */
+static void expect_invoke(hetero_tools* tools, const char* name, const char* args, const char* outcome,
+                          const char* text, int line) {
+  hetero_result* r = NULL;
+  hetero_status s = hetero_tools_invoke(tools, name, args, &r);
+  if (s != HETERO_OK || r == NULL) {
+    fprintf(stderr, "line %d: invoke %s: %s (%s)\n", line, name, hetero_status_name(s), hetero_last_error());
+    ++failures;
+    return;
+  }
+  char want[96];
+  snprintf(want, sizeof want, "\"outcome\":\"%s\"", outcome);
+  if (strstr(hetero_result_report_json(r), want) == NULL) {
+    fprintf(stderr, "line %d: %s(%s): report %s lacks %s\n", line, name, args, hetero_result_report_json(r), want);
+    ++failures;
+  }
+  if (strstr(hetero_result_text(r), text) == NULL) {
+    fprintf(stderr, "line %d: %s(%s): result '%s' lacks '%s'\n", line, name, args, hetero_result_text(r), text);
+    ++failures;
+  }
+  CHECK(hetero_result_tool_call_count(r) == 1);
+  hetero_result_destroy(r);
+}
+#define EXPECT_INVOKE(tools, name, args, outcome, text) expect_invoke(tools, name, args, outcome, text, __LINE__)
+
+static void test_arguments_and_tools(void) {
+  CHECK(hetero_abi_version() == HETERO_ABI_VERSION);
+  CHECK(strcmp(hetero_status_name(HETERO_NOT_FOUND), "HETERO_NOT_FOUND") == 0);
+  CHECK(strcmp(hetero_status_name((hetero_status)999), "HETERO_UNKNOWN_STATUS") == 0);
+
+  /* NULL out-parameters and handles. */
+  EXPECT(hetero_engine_create(NULL, NULL), HETERO_INVALID_ARGUMENT, "hetero_engine_create: out_engine is NULL");
+  hetero_session* session = (hetero_session*)1;
+  EXPECT(hetero_session_create(NULL, NULL, &session), HETERO_INVALID_ARGUMENT, "engine is NULL");
+  CHECK(session == NULL);
+  EXPECT(hetero_session_create(NULL, NULL, NULL), HETERO_INVALID_ARGUMENT, "out_session is NULL");
+  hetero_result* result = (hetero_result*)1;
+  EXPECT(hetero_session_run(NULL, "hi", NULL, &result), HETERO_INVALID_ARGUMENT, "session is NULL");
+  CHECK(result == NULL);
+  EXPECT(hetero_session_run(NULL, "hi", NULL, NULL), HETERO_INVALID_ARGUMENT, "out_result is NULL");
+  EXPECT(hetero_session_cancel(NULL), HETERO_INVALID_ARGUMENT, "hetero_session_cancel: session is NULL");
+  EXPECT(hetero_tools_create(NULL), HETERO_INVALID_ARGUMENT, "out_tools is NULL");
+  EXPECT(hetero_tools_add(NULL, NULL), HETERO_INVALID_ARGUMENT, "tools is NULL");
+  EXPECT(hetero_tools_invoke(NULL, "x", "{}", &result), HETERO_INVALID_ARGUMENT, "tools is NULL");
+  EXPECT(hetero_tool_reply_set_result(NULL, "x", 1), HETERO_INVALID_ARGUMENT, "reply is NULL");
+  EXPECT(hetero_tool_reply_set_error(NULL, "x"), HETERO_INVALID_ARGUMENT, "reply is NULL");
+  CHECK(strcmp(hetero_result_text(NULL), "") == 0);
+  CHECK(strcmp(hetero_result_report_json(NULL), "{}") == 0);
+  CHECK(hetero_result_generated_tokens(NULL) == 0);
+  hetero_engine_destroy(NULL);
+  hetero_session_destroy(NULL);
+  hetero_tools_destroy(NULL);
+  hetero_result_destroy(NULL);
+  hetero_engine_options_default(NULL);
+  hetero_run_options_default(NULL);
+  hetero_tool_default(NULL);
+
+  /* Option structs: a missing or oversized struct_size is refused. */
+  hetero_engine_options eo;
+  memset(&eo, 0, sizeof eo);
+  hetero_engine* engine = (hetero_engine*)1;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_INVALID_ARGUMENT, "struct_size 0");
+  CHECK(engine == NULL);
+  hetero_engine_options_default(&eo);
+  eo.struct_size = sizeof eo + 8;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_INVALID_ARGUMENT, "call the *_default function first");
+  hetero_engine_options_default(&eo);
+  eo.threads = -1;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_INVALID_ARGUMENT, "threads");
+  hetero_engine_options_default(&eo);
+  eo.model_path = "/nonexistent/model.gguf";
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_NOT_FOUND, "/nonexistent/model.gguf");
+  CHECK(engine == NULL);
+
+  /* Tools: registration errors, then each outcome through hetero_tools_invoke. */
+  int add_calls = 0;
+  hetero_tools* tools = make_tools(&add_calls);
+  hetero_tool t;
+  hetero_tool_default(&t);
+  EXPECT(hetero_tools_add(tools, &t), HETERO_INVALID_ARGUMENT, "tool->name is NULL");
+  t.name = "add";
+  t.parameters_json = kAddSchema;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_INVALID_ARGUMENT, "tool->handler is NULL");
+  t.handler = add_handler;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_INVALID_ARGUMENT, "add");  /* duplicate */
+  t.name = "patterned";
+  t.parameters_json = "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"string\", \"pattern\": \"^a\"}}}";
+  EXPECT(hetero_tools_add(tools, &t), HETERO_INVALID_ARGUMENT, "'pattern' is not supported");
+  t.parameters_json = "{\"type\": ";
+  EXPECT(hetero_tools_add(tools, &t), HETERO_INVALID_ARGUMENT, NULL);
+  t.name = "bad name!";
+  t.parameters_json = kEmptySchema;
+  EXPECT(hetero_tools_add(tools, &t), HETERO_INVALID_ARGUMENT, NULL);
+
+  EXPECT_INVOKE(tools, "add", "{\"a\": 2.5, \"b\": 4}", "ok", "6.5");
+  CHECK(add_calls == 1);
+  EXPECT_INVOKE(tools, "add", "{\"a\": \"two\", \"b\": 4}", "invalid_arguments", "invalid arguments for add");
+  EXPECT_INVOKE(tools, "add", "[1, 2]", "parse_error", "not a JSON object");
+  EXPECT_INVOKE(tools, "nope", "{}", "unknown_tool", "add, broken, slow, silent");
+  EXPECT_INVOKE(tools, "broken", "{}", "handler_error", "the disk is on fire");
+  EXPECT_INVOKE(tools, "slow", "{}", "timeout", "did not answer within 100 ms");
+  EXPECT_INVOKE(tools, "silent", "{}", "handler_error", "neither a result nor an error");
+  CHECK(add_calls == 1);
+  hetero_tools_destroy(tools);
+  sleep_ms(500); /* the abandoned slow handler finishes before the process checks leaks */
+}
+
+/* Streaming: collects the text; returns nonzero to cancel once `cancel_after` bytes came. */
+typedef struct {
+  char text[8192];
+  size_t length;
+  size_t cancel_after;
+} stream_t;
+
+static int on_text(const char* text, size_t length, void* user_data) {
+  stream_t* s = (stream_t*)user_data;
+  if (s->length + length < sizeof s->text) {
+    memcpy(s->text + s->length, text, length);
+    s->length += length;
+    s->text[s->length] = '\0';
+  }
+  return s->cancel_after > 0 && s->length >= s->cancel_after;
+}
+
+static void test_runs(const char* model) {
+  hetero_engine_options eo;
+  hetero_engine_options_default(&eo);
+  eo.model_path = model;
+  eo.threads = 2;
+  hetero_engine* engine = NULL;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_OK, NULL);
+  if (engine == NULL) return;
+
+  hetero_session* session = NULL;
+  EXPECT(hetero_session_create(engine, NULL, &session), HETERO_OK, NULL);
+  hetero_run_options ro;
+  hetero_run_options_default(&ro);
+  ro.max_tokens = 24;
+  stream_t stream = {{0}, 0, 0};
+  ro.on_text = on_text;
+  ro.on_text_user_data = &stream;
+  hetero_result* result = NULL;
+  EXPECT(hetero_session_run(session, "What is the capital of France? Answer in one word.", &ro, &result), HETERO_OK, NULL);
+  CHECK(result != NULL);
+  if (result != NULL) {
+    CHECK(strlen(hetero_result_text(result)) > 0);
+    CHECK(strcmp(stream.text, hetero_result_text(result)) == 0); /* streamed = final, no tools */
+    CHECK(hetero_result_generated_tokens(result) > 0);
+    CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"understand\"") != NULL);
+    CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"generate\"") != NULL);
+    hetero_result_destroy(result);
+  }
+
+  /* Bad run options. */
+  hetero_run_options bad = ro;
+  bad.max_tokens = 0;
+  EXPECT(hetero_session_run(session, "hi", &bad, &result), HETERO_INVALID_ARGUMENT, "max_tokens");
+  bad = ro;
+  bad.top_p = 0;
+  EXPECT(hetero_session_run(session, "hi", &bad, &result), HETERO_INVALID_ARGUMENT, "top_p");
+  EXPECT(hetero_session_run(session, NULL, &ro, &result), HETERO_INVALID_ARGUMENT, "user_message is NULL");
+
+  /* A streaming callback that asks to stop cancels the run; the session goes on. */
+  stream_t stop = {{0}, 0, 1};
+  ro.on_text_user_data = &stop;
+  ro.max_tokens = 64;
+  EXPECT(hetero_session_run(session, "Tell me a story about a fox.", &ro, &result), HETERO_CANCELLED, NULL);
+  CHECK(result == NULL);
+  ro.on_text = NULL;
+  ro.max_tokens = 8;
+  EXPECT(hetero_session_run(session, "Say hello.", &ro, &result), HETERO_OK, NULL);
+  hetero_result_destroy(result);
+
+  /* An agent run with tools: whatever the model does, the run ends and reports. */
+  int add_calls = 0;
+  hetero_tools* tools = make_tools(&add_calls);
+  hetero_run_options agent;
+  hetero_run_options_default(&agent);
+  agent.max_tokens = 96;
+  agent.max_tool_rounds = 2;
+  agent.tools = tools;
+  hetero_session* agent_session = NULL;
+  EXPECT(hetero_session_create(engine, NULL, &agent_session), HETERO_OK, NULL);
+  EXPECT(hetero_session_run(agent_session, "Use the add tool: what is 2.5 plus 4?", &agent, &result), HETERO_OK, NULL);
+  if (result != NULL) {
+    const char* report = hetero_result_report_json(result);
+    CHECK(strstr(report, "\"tool_format\":\"generic\"") != NULL);
+    /* Constrained calls are always well-formed. */
+    CHECK(strstr(report, "\"outcome\":\"parse_error\"") == NULL);
+    CHECK(strstr(report, "\"outcome\":\"invalid_arguments\"") == NULL);
+    CHECK(strstr(report, "\"outcome\":\"unknown_tool\"") == NULL);
+    printf("agent answer: %s (%d tool calls, add ran %d times)\n", hetero_result_text(result),
+           hetero_result_tool_call_count(result), add_calls);
+    hetero_result_destroy(result);
+  }
+  hetero_session_destroy(agent_session);
+  hetero_tools_destroy(tools);
+
+  /* Create/destroy cycles. */
+  for (int i = 0; i < 20; ++i) {
+    hetero_session* s = NULL;
+    EXPECT(hetero_session_create(engine, "You are terse.", &s), HETERO_OK, NULL);
+    hetero_session_destroy(s);
+  }
+  hetero_session_destroy(session);
+  hetero_engine_destroy(engine);
+  sleep_ms(500); /* abandoned slow handlers, if the model called one */
+}
+
+int main(int argc, char** argv) {
+  test_arguments_and_tools();
+  const char* model = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  FILE* f = fopen(model, "rb");
+  if (f == NULL) {
+    printf("SKIP: no model at %s; argument and tool checks passed: %s\n", model, failures ? "no" : "yes");
+    return failures ? 1 : 77;
+  }
+  fclose(f);
+  test_runs(model);
+  if (failures) {
+    fprintf(stderr, "%d checks failed\n", failures);
+    return 1;
+  }
+  printf("capi_test: all checks passed\n");
+  return 0;
+}
