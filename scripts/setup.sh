@@ -19,7 +19,7 @@ esac
 # Everything the build, the tests, the benchmarks and the fuzzers need. All from Debian 12.
 packages=(
   build-essential cmake ninja-build make pkg-config binutils ca-certificates
-  python3 python3-pip
+  python3 python3-pip python3-pytest
   libabsl-dev libdnnl-dev nlohmann-json3-dev libpcre2-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev

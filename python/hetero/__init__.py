@@ -1,0 +1,368 @@
+"""hetero: heterogeneous LLM inference, from Python (ctypes over the C ABI).
+
+    engine = hetero.Engine()                 # the default model
+    session = engine.session()
+    print(session.run("What is the capital of France?").text)
+
+Tools are Python functions with type hints (see `tool`); errors are `HeteroError`
+subclasses named after the C status codes.
+"""
+
+import ctypes
+import inspect
+import json
+import queue
+import threading
+import typing
+
+from . import _lib
+
+__all__ = ["Engine", "Session", "Result", "Tool", "tool", "HeteroError", "InvalidArgument", "NotFound", "Unsupported",
+           "OutOfMemory", "DeviceError", "Timeout", "Cancelled", "Busy", "Internal", "DataLoss", "version"]
+
+_c = _lib.load()
+
+
+def version():
+    """The loaded library's version, "MAJOR.MINOR.PATCH"."""
+    return _c.hetero_version_string().decode()
+
+
+class HeteroError(Exception):
+    """A hetero_* call failed; `status` is the C status name, the message hetero's."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidArgument(HeteroError): pass
+class NotFound(HeteroError): pass
+class Unsupported(HeteroError): pass
+class OutOfMemory(HeteroError): pass
+class DeviceError(HeteroError): pass
+class Timeout(HeteroError): pass
+class Cancelled(HeteroError): pass
+class Busy(HeteroError): pass
+class Internal(HeteroError): pass
+class DataLoss(HeteroError): pass
+
+
+_ERRORS = {1: InvalidArgument, 2: NotFound, 3: Unsupported, 4: OutOfMemory, 5: DeviceError, 6: Timeout,
+           7: Cancelled, 8: Busy, 9: Internal, 10: DataLoss}
+
+
+def _check(status):
+    if status != 0:
+        cls = _ERRORS.get(status, HeteroError)
+        raise cls(_c.hetero_status_name(status).decode(), _c.hetero_last_error().decode(errors="replace"))
+
+
+def _utf8(text):
+    return None if text is None else str(text).encode()
+
+
+# ---- tools ------------------------------------------------------------------------------
+
+_JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null"}
+
+
+def _schema_of(annotation, where):
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (list, typing.List) and len(args) == 1:
+        return {"type": "array", "items": _schema_of(args[0], where + "[]")}
+    if origin is typing.Union and len(args) == 2 and type(None) in args:
+        return _schema_of(args[0] if args[1] is type(None) else args[1], where)
+    raise TypeError(f"{where}: cannot describe {annotation!r} as a JSON schema "
+                    "(use int, float, str, bool, list[...], Literal[...] or Optional[...])")
+
+
+class Tool:
+    """A Python function the model may call: name, description, JSON schema, timeout."""
+
+    def __init__(self, function, name=None, description=None, schema=None, timeout=10.0):
+        self.function = function
+        self.name = name or function.__name__
+        doc = inspect.getdoc(function) or ""
+        self.description = description if description is not None else doc.split("\n\n")[0].replace("\n", " ")
+        self.schema = schema if schema is not None else self._schema_from_hints(function)
+        self.timeout = timeout
+
+    def _schema_from_hints(self, function):
+        hints = typing.get_type_hints(function)
+        properties, required = {}, []
+        for pname, param in inspect.signature(function).parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise TypeError(f"tool {self.name}: *args and **kwargs cannot be described")
+            if pname not in hints:
+                raise TypeError(f"tool {self.name}: parameter '{pname}' needs a type hint")
+            properties[pname] = _schema_of(hints[pname], f"tool {self.name}: parameter '{pname}'")
+            optional = typing.get_origin(hints[pname]) is typing.Union and type(None) in typing.get_args(hints[pname])
+            if param.default is param.empty and not optional:
+                required.append(pname)
+        schema = {"type": "object", "properties": properties}
+        if required:
+            schema["required"] = required
+        return schema
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
+
+
+def tool(function=None, *, name=None, description=None, timeout=10.0):
+    """Decorator: a function with type hints becomes a Tool (its docstring describes it).
+
+        @hetero.tool
+        def convert(value: float, unit: Literal["km", "mi"]) -> str: ...
+    """
+    def wrap(f):
+        return Tool(f, name=name, description=description, timeout=timeout)
+    return wrap(function) if function is not None else wrap
+
+
+# Handler trampolines live as long as the process, one per function: a handler that
+# outlived its timeout may still call back into Python after its tool set is gone.
+_TRAMPOLINES = {}
+_TRAMPOLINES_LOCK = threading.Lock()
+
+
+def _make_handler(t):
+    with _TRAMPOLINES_LOCK:
+        if t.function not in _TRAMPOLINES:
+            _TRAMPOLINES[t.function] = _new_handler(t.function)
+        return _TRAMPOLINES[t.function]
+
+
+def _new_handler(function):
+    def handler(arguments_json, reply, _user_data):
+        try:
+            arguments = json.loads(arguments_json.decode())
+            value = function(**arguments)
+            text = value if isinstance(value, str) else json.dumps(value)
+            data = text.encode()
+            _c.hetero_tool_reply_set_result(reply, data, len(data))
+        except BaseException as e:  # noqa: BLE001 - every failure becomes the model's error result
+            _c.hetero_tool_reply_set_error(reply, f"{type(e).__name__}: {e}".encode(errors="replace"))
+    return _lib.TOOL_HANDLER(handler)
+
+
+class _ToolSet:
+    """The C tool set for a list of Tools (or plain functions with type hints)."""
+
+    def __init__(self, tools):
+        self.handle = ctypes.c_void_p()
+        _check(_c.hetero_tools_create(ctypes.byref(self.handle)))
+        self.tools = {}
+        try:
+            for t in tools:
+                t = t if isinstance(t, Tool) else Tool(t)
+                c_tool = _lib.Tool()
+                _c.hetero_tool_default(ctypes.byref(c_tool))
+                c_tool.name = _utf8(t.name)
+                c_tool.description = _utf8(t.description)
+                c_tool.parameters_json = _utf8(json.dumps(t.schema))
+                c_tool.handler = _make_handler(t)
+                c_tool.timeout_ms = max(1, int(t.timeout * 1000))
+                _check(_c.hetero_tools_add(self.handle, ctypes.byref(c_tool)))
+                self.tools[t.name] = t
+        except BaseException:
+            self.close()
+            raise
+
+    def invoke(self, name, arguments):
+        """Runs one call as the agent loop would; returns (text the model reads, report)."""
+        result = ctypes.c_void_p()
+        _check(_c.hetero_tools_invoke(self.handle, _utf8(name), _utf8(json.dumps(arguments)), ctypes.byref(result)))
+        try:
+            report = json.loads(_c.hetero_result_report_json(result).decode())
+            return _c.hetero_result_text(result).decode(errors="replace"), report["tool_calls"][0]
+        finally:
+            _c.hetero_result_destroy(result)
+
+    def close(self):
+        if self.handle:
+            _c.hetero_tools_destroy(self.handle)
+            self.handle = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+
+def invoke_tool(tools, name, arguments):
+    """Runs `name` from `tools` on `arguments` (a dict) exactly as the agent loop would,
+    without a model; returns (text the model would read, the call's report dict)."""
+    toolset = _ToolSet(tools)
+    try:
+        return toolset.invoke(name, arguments)
+    finally:
+        toolset.close()
+
+
+# ---- engine, sessions, results ------------------------------------------------------------
+
+class Result:
+    """A run's final answer (`text`) and its task report (`report`, a dict)."""
+
+    def __init__(self, handle):
+        self.text = _c.hetero_result_text(handle).decode(errors="replace")
+        self.report = json.loads(_c.hetero_result_report_json(handle).decode())
+        self.generated_tokens = _c.hetero_result_generated_tokens(handle)
+        self.tool_calls = self.report["tool_calls"]
+
+    def __repr__(self):
+        return f"Result(text={self.text!r}, generated_tokens={self.generated_tokens})"
+
+
+class Engine:
+    """A loaded model and its workers. `model_path` None: $HETERO_MODEL, then the default."""
+
+    def __init__(self, model_path=None, threads=0, scheduler="seed", max_sessions=0):
+        options = _lib.EngineOptions()
+        _c.hetero_engine_options_default(ctypes.byref(options))
+        options.model_path = _utf8(model_path)
+        options.threads = threads
+        options.scheduler = _utf8(scheduler)
+        options.max_sessions = max_sessions
+        self._handle = ctypes.c_void_p()
+        _check(_c.hetero_engine_create(ctypes.byref(options), ctypes.byref(self._handle)))
+
+    def session(self, system_prompt=None):
+        if not self._handle:
+            raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
+        return Session(self, system_prompt)
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            _c.hetero_engine_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class Session:
+    """A conversation. One run at a time; `cancel()` from any thread."""
+
+    def __init__(self, engine, system_prompt=None):
+        self._engine = engine  # the engine outlives its sessions' handles
+        self._handle = ctypes.c_void_p()
+        _check(_c.hetero_session_create(engine._handle, _utf8(system_prompt), ctypes.byref(self._handle)))
+
+    def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=0, timeout=None,
+            tools=None, max_tool_rounds=4, constrain_tool_calls=True, on_text=None):
+        """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
+        `on_text(piece)` receives answer text as it is generated; returning False cancels."""
+        options = _lib.RunOptions()
+        _c.hetero_run_options_default(ctypes.byref(options))
+        options.max_tokens = max_tokens
+        options.temperature = temperature
+        options.top_k = top_k
+        options.top_p = top_p
+        options.seed = seed
+        options.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
+        options.max_tool_rounds = max_tool_rounds
+        options.constrain_tool_calls = 1 if constrain_tool_calls else 0
+        raised = []
+        if on_text is not None:
+            def text_callback(data, length, _user_data):
+                try:
+                    go_on = on_text(ctypes.string_at(data, length).decode(errors="replace"))
+                    return 0 if go_on is None or go_on else 1
+                except BaseException as e:  # noqa: BLE001 - re-raised after the run
+                    raised.append(e)
+                    return 1
+            callback = _lib.TEXT_CALLBACK(text_callback)
+            options.on_text = callback
+        toolset = _ToolSet(tools) if tools else None
+        if toolset is not None:
+            options.tools = toolset.handle
+        result = ctypes.c_void_p()
+        try:
+            status = _c.hetero_session_run(self._handle, _utf8(message), ctypes.byref(options), ctypes.byref(result))
+            if raised:
+                raise raised[0]
+            _check(status)
+            try:
+                return Result(result)
+            finally:
+                _c.hetero_result_destroy(result)
+        finally:
+            if toolset is not None:
+                toolset.close()
+
+    def stream(self, message, **kwargs):
+        """Yields answer text as it is generated; the Result is then in `.result` of the
+        returned iterator. Stopping the iteration early cancels the run."""
+        return _Stream(self, message, kwargs)
+
+    def cancel(self):
+        _check(_c.hetero_session_cancel(self._handle))
+
+    def close(self):
+        if getattr(self, "_handle", None):
+            _c.hetero_session_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+
+class _Stream:
+    _DONE = object()
+
+    def __init__(self, session, message, kwargs):
+        self.result = None
+        self._session = session
+        self._queue = queue.Queue()
+        self._stopped = threading.Event()
+        self._error = None
+
+        def on_text(piece):
+            self._queue.put(piece)
+            return not self._stopped.is_set()
+
+        def run():
+            try:
+                self.result = session.run(message, on_text=on_text, **kwargs)
+            except BaseException as e:  # noqa: BLE001 - handed to the iterating thread
+                self._error = e
+            finally:
+                self._queue.put(self._DONE)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = self._queue.get()
+        if item is self._DONE:
+            self._thread.join()
+            if self._error is not None and not (isinstance(self._error, Cancelled) and self._stopped.is_set()):
+                raise self._error
+            raise StopIteration
+        return item
+
+    def close(self):
+        """Stops the run (it ends Cancelled) and waits for it."""
+        self._stopped.set()
+        self._session.cancel()
+        while self._queue.get() is not self._DONE:
+            pass
+        self._thread.join()
+
+    def __del__(self):
+        if self._thread.is_alive():
+            self.close()

@@ -1,0 +1,190 @@
+"""The Python binding: schemas from type hints, tool outcomes, errors mapped from status
+codes, and runs on the default model (skipped when it is not present). Run from the
+repository root: python3 -m pytest python/tests"""
+
+import os
+import pathlib
+import threading
+import time
+import typing
+
+import pytest
+
+import hetero
+
+MODEL = pathlib.Path(os.environ.get("HETERO_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"default model not present at {MODEL}")
+
+
+def test_version():
+    major, minor, patch = hetero.version().split(".")
+    assert major.isdigit() and minor.isdigit() and patch.isdigit()
+
+
+def test_schema_from_type_hints():
+    @hetero.tool
+    def convert(value: float, unit: typing.Literal["km", "mi"], places: int = 2, exact: typing.Optional[bool] = None,
+                tags: typing.List[str] = ()) -> str:
+        """Converts a distance.
+
+        More text that is not part of the description."""
+        return ""
+
+    assert convert.name == "convert"
+    assert convert.description == "Converts a distance."
+    assert convert.schema == {
+        "type": "object",
+        "properties": {
+            "value": {"type": "number"},
+            "unit": {"enum": ["km", "mi"]},
+            "places": {"type": "integer"},
+            "exact": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["value", "unit"],
+    }
+
+
+def test_schema_refuses_what_it_cannot_describe():
+    def no_hint(x):
+        return x
+
+    def dict_arg(x: dict):
+        return x
+
+    def star(*args: int):
+        return args
+
+    with pytest.raises(TypeError, match="needs a type hint"):
+        hetero.Tool(no_hint)
+    with pytest.raises(TypeError, match="cannot describe"):
+        hetero.Tool(dict_arg)
+    with pytest.raises(TypeError, match=r"\*args"):
+        hetero.Tool(star)
+
+
+def add(a: float, b: float) -> float:
+    """Adds two numbers."""
+    return a + b
+
+
+def test_tool_outcomes():
+    text, report = hetero.invoke_tool([add], "add", {"a": 2.5, "b": 4})
+    assert (text, report["outcome"]) == ("6.5", "ok")
+
+    text, report = hetero.invoke_tool([add], "add", {"a": "two", "b": 4})
+    assert report["outcome"] == "invalid_arguments" and "arguments.a" in report["detail"]
+
+    text, report = hetero.invoke_tool([add], "subtract", {})
+    assert report["outcome"] == "unknown_tool" and "add" in text
+
+    def broken() -> str:
+        """Fails."""
+        raise ValueError("no such city")
+
+    text, report = hetero.invoke_tool([broken], "broken", {})
+    assert report["outcome"] == "handler_error"
+    assert "ValueError: no such city" in text
+
+    @hetero.tool(timeout=0.1)
+    def slow() -> str:
+        """Takes too long."""
+        time.sleep(0.4)
+        return "late"
+
+    text, report = hetero.invoke_tool([slow], "slow", {})
+    assert report["outcome"] == "timeout" and "100 ms" in text
+    time.sleep(0.4)  # the abandoned call finishes
+
+    def big() -> str:
+        """Returns a megabyte."""
+        return "x" * (1 << 20)
+
+    text, report = hetero.invoke_tool([big], "big", {})
+    assert report["outcome"] == "ok" and report["truncated"] and report["result_bytes"] == 1 << 20
+    assert len(text) < 20000 and "truncated" in text
+
+
+def test_registration_errors():
+    def bad(x: int) -> int:
+        return x
+
+    with pytest.raises(hetero.InvalidArgument, match="pattern"):
+        hetero.invoke_tool([hetero.Tool(bad, schema={"type": "object", "properties": {
+            "x": {"type": "string", "pattern": "^a"}}})], "bad", {})
+    with pytest.raises(hetero.InvalidArgument):
+        hetero.invoke_tool([hetero.Tool(bad, name="bad name!")], "bad name!", {})
+
+
+def test_engine_errors():
+    with pytest.raises(hetero.NotFound, match="/nonexistent/model.gguf") as info:
+        hetero.Engine("/nonexistent/model.gguf")
+    assert info.value.status == "HETERO_NOT_FOUND"
+    with pytest.raises(hetero.InvalidArgument, match="threads"):
+        hetero.Engine(str(MODEL), threads=-1)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with hetero.Engine(str(MODEL), threads=2) as e:
+        yield e
+
+
+@needs_model
+def test_run_and_stream(engine):
+    session = engine.session()
+    pieces = []
+    result = session.run("What is the capital of France? Answer in one word.", max_tokens=24,
+                         on_text=pieces.append)
+    assert result.text and "".join(pieces) == result.text
+    assert [s["stage"] for s in result.report["stages"]][:2] == ["understand", "generate"]
+    assert result.generated_tokens > 0
+
+    stream = session.stream("Say hello in French.", max_tokens=16)
+    streamed = "".join(stream)
+    assert streamed == stream.result.text
+
+
+@needs_model
+def test_cancellation_and_callback_errors(engine):
+    session = engine.session()
+    with pytest.raises(hetero.Cancelled):
+        session.run("Tell me a story about a fox.", max_tokens=64, on_text=lambda piece: False)
+
+    def explode(piece):
+        raise RuntimeError("callback failed")
+
+    with pytest.raises(RuntimeError, match="callback failed"):
+        session.run("Tell me a story about a fox.", max_tokens=64, on_text=explode)
+
+    stream = session.stream("Tell me a long story about a fox.", max_tokens=128)
+    next(stream)
+    stream.close()  # ends the run early
+    assert stream.result is None
+
+    # The session still works, and cancel() from another thread ends a run.
+    timer = threading.Timer(0.3, session.cancel)
+    timer.start()
+    with pytest.raises(hetero.Cancelled):
+        session.run("Count from one to five hundred in words.", max_tokens=400)
+    timer.join()
+    assert session.run("Say hi.", max_tokens=8).text
+
+
+@needs_model
+def test_agent_run_with_a_python_tool(engine):
+    calls = []
+
+    @hetero.tool
+    def multiply(a: float, b: float) -> float:
+        """Multiplies two numbers."""
+        calls.append((a, b))
+        return a * b
+
+    result = engine.session().run("Use the multiply tool: what is 12.5 times 8?", tools=[multiply], max_tokens=96,
+                                  max_tool_rounds=2)
+    assert result.report["tool_format"] == "generic"
+    for call in result.tool_calls:  # constrained calls are always well-formed
+        assert call["outcome"] in ("ok", "handler_error", "timeout")
+        assert call["name"] == "multiply"
+    assert len(calls) <= len(result.tool_calls)
