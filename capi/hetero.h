@@ -63,6 +63,56 @@ HETERO_C_API const char* hetero_status_name(hetero_status status);
  * until the next failing call on this thread. Thread-safe (thread-local). */
 HETERO_C_API const char* hetero_last_error(void);
 
+/* ---- Scheduling (the C mirror of include/hetero/scheduler.h) ------------------------- */
+
+typedef enum hetero_stage { HETERO_STAGE_UNDERSTAND = 0, HETERO_STAGE_GENERATE = 1, HETERO_STAGE_TOOL_CALL = 2 } hetero_stage;
+typedef enum hetero_device { HETERO_DEVICE_CPU = 0, HETERO_DEVICE_GPU = 1 } hetero_device;
+/* While a task waits on a tool: keep its KV cache, park it in host memory, or drop it. */
+typedef enum hetero_kv_policy { HETERO_KV_KEEP = 0, HETERO_KV_SWAP_TO_HOST = 1, HETERO_KV_DISCARD = 2 } hetero_kv_policy;
+
+typedef struct hetero_task_state {
+  size_t struct_size;
+  uint64_t task_id;
+  int32_t prompt_tokens;           /* the whole conversation as the model sees it */
+  int32_t uncached_prompt_tokens;  /* what prefill still has to encode */
+  int32_t max_new_tokens;
+  int32_t generated_tokens;
+  int32_t kv_tokens;               /* held by the task's session */
+  hetero_device kv_device;
+  double expected_tool_seconds;    /* ToolCall: the caller's estimate */
+  double latency_target_seconds;   /* 0: none */
+} hetero_task_state;
+
+typedef struct hetero_device_state {
+  size_t struct_size;
+  hetero_device device;
+  int32_t available;               /* nonzero when the device can run stages */
+  int32_t queued_tasks;
+  int32_t active_tasks;
+  int64_t kv_capacity_tokens;
+  int64_t kv_free_tokens;
+  int64_t kv_bytes_per_token;
+  double prefill_tokens_per_s;     /* measured (hetero-bench --calibrate) or defaults */
+  double decode_tokens_per_s;
+  double active_watts;
+  double idle_watts;
+} hetero_device_state;
+
+typedef struct hetero_placement {
+  size_t struct_size;
+  hetero_device device;
+  hetero_kv_policy kv_policy;      /* read for HETERO_STAGE_TOOL_CALL */
+  char reason[128];                /* one line for the report; NUL-terminated */
+} hetero_placement;
+
+/* A scheduling policy: called before every stage of every task, from several threads at
+ * once (it must be thread-safe), with the task and every device (CPU first). It writes its
+ * choice into `placement`, which comes filled with the CPU and HETERO_KV_KEEP. A GPU
+ * choice on a machine without one runs on the CPU, and the report says so. */
+typedef void (*hetero_scheduler_callback)(hetero_stage stage, const hetero_task_state* task,
+                                          const hetero_device_state* devices, size_t device_count,
+                                          hetero_placement* placement, void* user_data);
+
 /* ---- Engine ------------------------------------------------------------------------ */
 
 typedef struct hetero_engine hetero_engine;
@@ -71,8 +121,14 @@ typedef struct hetero_engine_options {
   size_t struct_size;      /* sizeof(hetero_engine_options) */
   const char* model_path;  /* NULL: $HETERO_MODEL, then models/SmolLM2-135M-Instruct.Q4_1.gguf */
   int32_t threads;         /* CPU threads; 0: every logical CPU */
-  const char* scheduler;   /* a built-in policy: "seed" (default), "cpu", "gpu", "cost", ... */
+  const char* scheduler;   /* a built-in policy: "seed" (default), "all-cpu", "all-gpu", "cost" */
   int32_t max_sessions;    /* 0: the library default (64) */
+  /* A policy of the caller's, used instead of `scheduler` when not NULL; `scheduler_name`
+   * names it in reports. `scheduler_user_data` must stay valid until every session of the
+   * engine is destroyed. */
+  hetero_scheduler_callback scheduler_callback;
+  void* scheduler_user_data;
+  const char* scheduler_name;
 } hetero_engine_options;
 
 /* Fills `options` with the defaults (and struct_size). */

@@ -10,9 +10,11 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "hetero/engine.h"
+#include "hetero/scheduler.h"
 #include "hetero/tools.h"
 #include "hetero/version.h"
 #include "nlohmann/json.hpp"
@@ -161,6 +163,67 @@ nlohmann::json ReportJson(const hetero::TaskReport& r) {
           {"constraint_masked_steps", r.constraint_masked_steps}};
 }
 
+// A C scheduling callback as a hetero::Scheduler.
+class CallbackScheduler : public hetero::Scheduler {
+ public:
+  CallbackScheduler(hetero_scheduler_callback callback, void* user_data, std::string name)
+      : callback_(callback), user_data_(user_data), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+
+  hetero::Placement Place(hetero::Stage stage, const hetero::TaskState& task,
+                          const hetero::SystemSnapshot& system) override {
+    hetero_task_state t{};
+    t.struct_size = sizeof t;
+    t.task_id = task.task_id;
+    t.prompt_tokens = task.prompt_tokens;
+    t.uncached_prompt_tokens = task.uncached_prompt_tokens;
+    t.max_new_tokens = task.max_new_tokens;
+    t.generated_tokens = task.generated_tokens;
+    t.kv_tokens = task.kv_tokens;
+    t.kv_device = task.kv_device == hetero::Device::kGpu ? HETERO_DEVICE_GPU : HETERO_DEVICE_CPU;
+    t.expected_tool_seconds = task.expected_tool_seconds;
+    t.latency_target_seconds = task.latency_target_seconds;
+    std::vector<hetero_device_state> devices;
+    for (const hetero::DeviceSnapshot& d : system.devices) {
+      hetero_device_state c{};
+      c.struct_size = sizeof c;
+      c.device = d.device == hetero::Device::kGpu ? HETERO_DEVICE_GPU : HETERO_DEVICE_CPU;
+      c.available = d.available ? 1 : 0;
+      c.queued_tasks = d.queued_tasks;
+      c.active_tasks = d.active_tasks;
+      c.kv_capacity_tokens = d.kv_capacity_tokens;
+      c.kv_free_tokens = d.kv_free_tokens;
+      c.kv_bytes_per_token = d.kv_bytes_per_token;
+      c.prefill_tokens_per_s = d.costs.prefill_tokens_per_s;
+      c.decode_tokens_per_s = d.costs.decode_tokens_per_s;
+      c.active_watts = d.costs.active_watts;
+      c.idle_watts = d.costs.idle_watts;
+      devices.push_back(c);
+    }
+    hetero_placement p{};
+    p.struct_size = sizeof p;
+    p.device = HETERO_DEVICE_CPU;
+    p.kv_policy = HETERO_KV_KEEP;
+    const hetero_stage c_stage = stage == hetero::Stage::kUnderstand ? HETERO_STAGE_UNDERSTAND
+                                 : stage == hetero::Stage::kGenerate ? HETERO_STAGE_GENERATE
+                                                                     : HETERO_STAGE_TOOL_CALL;
+    callback_(c_stage, &t, devices.data(), devices.size(), &p, user_data_);
+    hetero::Placement out;
+    out.device = p.device == HETERO_DEVICE_GPU ? hetero::Device::kGpu : hetero::Device::kCpu;
+    out.kv_policy = p.kv_policy == HETERO_KV_SWAP_TO_HOST ? hetero::KvPolicy::kSwapToHost
+                    : p.kv_policy == HETERO_KV_DISCARD    ? hetero::KvPolicy::kDiscard
+                                                          : hetero::KvPolicy::kKeep;
+    out.reason = std::string(p.reason, strnlen(p.reason, sizeof p.reason));  // NUL or not
+    if (out.reason.empty()) out.reason = name_;
+    return out;
+  }
+
+ private:
+  hetero_scheduler_callback callback_;
+  void* user_data_;
+  std::string name_;
+};
+
 }  // namespace
 
 extern "C" {
@@ -209,6 +272,10 @@ hetero_status hetero_engine_create(const hetero_engine_options* options, hetero_
     engine_options.threads = o.threads;
     if (o.scheduler != nullptr) engine_options.scheduler = o.scheduler;
     if (o.max_sessions > 0) engine_options.max_sessions = o.max_sessions;
+    if (o.scheduler_callback != nullptr) {
+      engine_options.custom_scheduler = std::make_shared<CallbackScheduler>(
+          o.scheduler_callback, o.scheduler_user_data, o.scheduler_name != nullptr ? o.scheduler_name : "c-callback");
+    }
     auto engine = hetero::Engine::Create(o.model_path != nullptr ? o.model_path : "", engine_options);
     if (!engine.ok()) return FromStatus(engine.status());
     *out_engine = new hetero_engine{std::move(*engine)};

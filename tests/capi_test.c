@@ -224,11 +224,34 @@ static int on_text(const char* text, size_t length, void* user_data) {
   return s->cancel_after > 0 && s->length >= s->cancel_after;
 }
 
+/* A policy of our own: everything on the CPU; counts its calls per stage. */
+typedef struct {
+  int calls[3];
+  int saw_cpu_first;
+} policy_t;
+
+static void cpu_policy(hetero_stage stage, const hetero_task_state* task, const hetero_device_state* devices,
+                       size_t device_count, hetero_placement* placement, void* user_data) {
+  policy_t* p = (policy_t*)user_data;
+  if ((int)stage >= 0 && (int)stage < 3) __atomic_add_fetch(&p->calls[stage], 1, __ATOMIC_RELAXED);
+  if (device_count > 0 && devices[0].device == HETERO_DEVICE_CPU && devices[0].available &&
+      task->struct_size == sizeof *task) {
+    p->saw_cpu_first = 1;
+  }
+  placement->device = HETERO_DEVICE_CPU;
+  snprintf(placement->reason, sizeof placement->reason, "c-policy %s",
+           stage == HETERO_STAGE_GENERATE ? "generate" : "other");
+}
+
 static void test_runs(const char* model) {
+  policy_t policy = {{0, 0, 0}, 0};
   hetero_engine_options eo;
   hetero_engine_options_default(&eo);
   eo.model_path = model;
   eo.threads = 2;
+  eo.scheduler_callback = cpu_policy;
+  eo.scheduler_user_data = &policy;
+  eo.scheduler_name = "c-policy";
   hetero_engine* engine = NULL;
   EXPECT(hetero_engine_create(&eo, &engine), HETERO_OK, NULL);
   if (engine == NULL) return;
@@ -250,8 +273,11 @@ static void test_runs(const char* model) {
     CHECK(hetero_result_generated_tokens(result) > 0);
     CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"understand\"") != NULL);
     CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"generate\"") != NULL);
+    CHECK(strstr(hetero_result_report_json(result), "\"reason\":\"c-policy generate\"") != NULL);
     hetero_result_destroy(result);
   }
+  CHECK(policy.calls[HETERO_STAGE_UNDERSTAND] >= 1 && policy.calls[HETERO_STAGE_GENERATE] >= 1);
+  CHECK(policy.saw_cpu_first);
 
   /* Bad run options. */
   hetero_run_options bad = ro;

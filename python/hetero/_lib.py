@@ -46,8 +46,12 @@ c_status = ctypes.c_int
 
 
 class EngineOptions(ctypes.Structure):
+    # The scheduler callback fields are left NULL: Python policies are not offered (a
+    # callback per stage would take the GIL on the engine's hot path).
     _fields_ = [("struct_size", ctypes.c_size_t), ("model_path", ctypes.c_char_p), ("threads", ctypes.c_int32),
-                ("scheduler", ctypes.c_char_p), ("max_sessions", ctypes.c_int32)]
+                ("scheduler", ctypes.c_char_p), ("max_sessions", ctypes.c_int32),
+                ("scheduler_callback", ctypes.c_void_p), ("scheduler_user_data", ctypes.c_void_p),
+                ("scheduler_name", ctypes.c_char_p)]
 
 
 TOOL_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)
