@@ -399,7 +399,13 @@ hetero_status hetero_session_create(hetero_engine* engine, const char* system_pr
     *out_session = nullptr;
     if (engine == nullptr) return NullArgument("hetero_session_create", "engine");
     auto session = engine->engine->NewSession(system_prompt != nullptr ? system_prompt : "");
-    if (!session.ok()) return FromStatus(session.status());
+    if (!session.ok()) {
+      // The only limit here is the number of live sessions: busy, not out of memory.
+      if (absl::IsResourceExhausted(session.status())) {
+        return Fail(HETERO_BUSY, std::string(session.status().message()));
+      }
+      return FromStatus(session.status());
+    }
     *out_session = new hetero_session{std::move(*session)};
     return HETERO_OK;
   });

@@ -324,6 +324,25 @@ static void test_runs(const char* model) {
   hetero_session_destroy(agent_session);
   hetero_tools_destroy(tools);
 
+  /* Past max_sessions: BUSY. */
+  hetero_engine_options small;
+  hetero_engine_options_default(&small);
+  small.model_path = model;
+  small.max_sessions = 1;
+  hetero_engine* small_engine = NULL;
+  EXPECT(hetero_engine_create(&small, &small_engine), HETERO_OK, NULL);
+  if (small_engine != NULL) {
+    hetero_session* first = NULL;
+    hetero_session* second = NULL;
+    EXPECT(hetero_session_create(small_engine, NULL, &first), HETERO_OK, NULL);
+    EXPECT(hetero_session_create(small_engine, NULL, &second), HETERO_BUSY, "the maximum is 1");
+    CHECK(second == NULL);
+    hetero_session_destroy(first);
+    EXPECT(hetero_session_create(small_engine, NULL, &second), HETERO_OK, NULL);
+    hetero_session_destroy(second);
+    hetero_engine_destroy(small_engine);
+  }
+
   /* Create/destroy cycles. */
   for (int i = 0; i < 20; ++i) {
     hetero_session* s = NULL;
