@@ -43,16 +43,16 @@ HETERO_C_API const char* hetero_version_string(void);
 
 typedef enum hetero_status {
   HETERO_OK = 0,
-  HETERO_INVALID_ARGUMENT = 1, /* a NULL or malformed argument, a bad option value */
+  HETERO_INVALID_ARGUMENT = 1, /* a NULL or malformed argument, a bad option value, or a
+                                  corrupt or truncated model file (the message gives the offset) */
   HETERO_NOT_FOUND = 2,        /* a file or name that does not exist */
   HETERO_UNSUPPORTED = 3,      /* a model, format or feature hetero does not implement */
   HETERO_OUT_OF_MEMORY = 4,    /* host memory, or KV cache memory exhausted */
   HETERO_DEVICE_ERROR = 5,     /* a GPU or driver failure */
-  HETERO_TIMEOUT = 6,          /* a deadline passed */
+  HETERO_TIMEOUT = 6,          /* the run's timeout_ms passed */
   HETERO_CANCELLED = 7,        /* hetero_session_cancel, or a callback asked to stop */
-  HETERO_BUSY = 8,             /* the engine's queue is full, or the session is running */
-  HETERO_INTERNAL = 9,         /* a bug in hetero; the message says where */
-  HETERO_DATA_LOSS = 10        /* a corrupt or truncated input file */
+  HETERO_BUSY = 8,             /* the engine's queue or session limit is full, or the session is running */
+  HETERO_INTERNAL = 9          /* a bug in hetero; the message says where */
 } hetero_status;
 
 /* A static name such as "HETERO_NOT_FOUND" ("HETERO_UNKNOWN_STATUS" for other values).
@@ -60,8 +60,29 @@ typedef enum hetero_status {
 HETERO_C_API const char* hetero_status_name(hetero_status status);
 
 /* The message of the last failure of a hetero_* call on this thread ("" if none). Valid
- * until the next failing call on this thread. Thread-safe (thread-local). */
+ * until the next failing call on this thread; a success does not clear it, so test the
+ * status, not the message. Thread-safe (thread-local). */
 HETERO_C_API const char* hetero_last_error(void);
+
+/* ---- Logging ------------------------------------------------------------------------ */
+
+typedef enum hetero_log_level {
+  HETERO_LOG_DEBUG = 0,
+  HETERO_LOG_INFO = 1,
+  HETERO_LOG_WARNING = 2,
+  HETERO_LOG_ERROR = 3
+} hetero_log_level;
+
+/* Receives one message (`length` bytes of UTF-8, not NUL-terminated), from any thread. */
+typedef void (*hetero_log_callback)(hetero_log_level level, const char* message, size_t length, void* user_data);
+
+/* The library writes nothing to stdout or stderr by itself: its messages (such as the
+ * notice that no GPU was found) go to the callback installed here, for levels at or above
+ * `min_level`; NULL (the default) drops them. Thread-safe. */
+HETERO_C_API void hetero_set_log_callback(hetero_log_callback callback, void* user_data, hetero_log_level min_level);
+
+/* A ready-made callback: "hetero: <level>: <message>" lines on stderr. */
+HETERO_C_API void hetero_log_to_stderr(hetero_log_level level, const char* message, size_t length, void* user_data);
 
 /* ---- Scheduling (the C mirror of include/hetero/scheduler.h) ------------------------- */
 
@@ -135,8 +156,9 @@ typedef struct hetero_engine_options {
 HETERO_C_API void hetero_engine_options_default(hetero_engine_options* options);
 
 /* Loads the model and starts the engine. `options` may be NULL (defaults). Thread-safe.
- * NOT_FOUND: no model file; DATA_LOSS: a corrupt file; UNSUPPORTED: an architecture or
- * weight type hetero does not run. */
+ * NOT_FOUND: no model file; INVALID_ARGUMENT: bad options, or a corrupt or truncated file
+ * (the message gives the byte offset); UNSUPPORTED: an architecture or weight type hetero
+ * does not run. */
 HETERO_C_API hetero_status hetero_engine_create(const hetero_engine_options* options, hetero_engine** out_engine);
 
 /* Releases the handle. Sessions created from it keep the model and workers alive until
@@ -159,7 +181,8 @@ typedef struct hetero_tool_reply hetero_tool_reply;
 typedef void (*hetero_tool_handler)(const char* arguments_json, hetero_tool_reply* reply, void* user_data);
 
 /* The text the model sees as the tool's result (copied; `length` bytes, need not be
- * NUL-terminated). INVALID_ARGUMENT for a NULL reply or text. */
+ * NUL-terminated). INVALID_ARGUMENT for a NULL reply, or NULL text with a nonzero length.
+ * Of set_result and set_error, the last call wins. */
 HETERO_C_API hetero_status hetero_tool_reply_set_result(hetero_tool_reply* reply, const char* text, size_t length);
 /* The tool failed: the model sees "error: <name> failed: <message>". */
 HETERO_C_API hetero_status hetero_tool_reply_set_error(hetero_tool_reply* reply, const char* message);
@@ -183,8 +206,9 @@ typedef struct hetero_tools hetero_tools;
 HETERO_C_API hetero_status hetero_tools_create(hetero_tools** out_tools);
 /* Runs that use the set keep it alive until they end. */
 HETERO_C_API void hetero_tools_destroy(hetero_tools* tools);
-/* Copies `tool`. INVALID_ARGUMENT naming the problem: a bad or duplicate name, a NULL
- * handler, a schema that is not JSON or uses an unsupported keyword (named with its path). */
+/* Copies `tool`. INVALID_ARGUMENT naming the problem: a NULL or bad or duplicate name, a
+ * NULL parameters_json or handler, a schema that is not JSON or uses an unsupported
+ * keyword (named with its path). A NULL description is an empty one. */
 HETERO_C_API hetero_status hetero_tools_add(hetero_tools* tools, const hetero_tool* tool);
 
 /* Runs one call of a tool exactly as the agent loop would (arguments validated against
@@ -204,10 +228,11 @@ typedef struct hetero_session hetero_session;
  * engine. */
 HETERO_C_API hetero_status hetero_session_create(hetero_engine* engine, const char* system_prompt,
                                                  hetero_session** out_session);
-/* Cancels a run in progress (it returns CANCELLED) and frees the session. Call it only
- * once no other thread is inside hetero_session_run on it. */
+/* Frees the session and its KV cache. No thread may be inside hetero_session_run on it:
+ * to stop a run, call hetero_session_cancel and wait for the run to return first. */
 HETERO_C_API void hetero_session_destroy(hetero_session* session);
-/* Ends the run in progress, from any thread; a no-op when none runs. */
+/* Ends the run in progress, from any thread (the run returns CANCELLED); OK and nothing
+ * happens when none runs. INVALID_ARGUMENT for NULL. */
 HETERO_C_API hetero_status hetero_session_cancel(hetero_session* session);
 
 /* Receives generated answer text as it is produced (never tool-call markup), on a library
@@ -251,6 +276,7 @@ HETERO_C_API const char* hetero_result_text(const hetero_result* result);
  * time_to_first_token_ms, total_ms, stop_reason, tool_format, constraint_ms,
  * constraint_masked_steps. "{}" for NULL. */
 HETERO_C_API const char* hetero_result_report_json(const hetero_result* result);
+/* Shortcuts into the report; 0 for NULL. */
 HETERO_C_API int32_t hetero_result_generated_tokens(const hetero_result* result);
 HETERO_C_API int32_t hetero_result_tool_call_count(const hetero_result* result);
 

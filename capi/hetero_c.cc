@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "hetero/engine.h"
+#include "hetero/log.h"
 #include "hetero/scheduler.h"
 #include "hetero/tools.h"
 #include "hetero/version.h"
@@ -79,9 +80,6 @@ hetero_status FromStatus(const absl::Status& s) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kFailedPrecondition:
       code = HETERO_BUSY;
-      break;
-    case absl::StatusCode::kDataLoss:
-      code = HETERO_DATA_LOSS;
       break;
     case absl::StatusCode::kAborted:
       code = HETERO_DEVICE_ERROR;
@@ -244,12 +242,36 @@ const char* hetero_status_name(hetero_status status) {
     case HETERO_CANCELLED: return "HETERO_CANCELLED";
     case HETERO_BUSY: return "HETERO_BUSY";
     case HETERO_INTERNAL: return "HETERO_INTERNAL";
-    case HETERO_DATA_LOSS: return "HETERO_DATA_LOSS";
   }
   return "HETERO_UNKNOWN_STATUS";
 }
 
 const char* hetero_last_error(void) { return last_error.c_str(); }
+
+void hetero_set_log_callback(hetero_log_callback callback, void* user_data, hetero_log_level min_level) {
+  try {
+    const int level = static_cast<int>(min_level) < 0 ? 0 : static_cast<int>(min_level) > 3 ? 3 : static_cast<int>(min_level);
+    if (callback == nullptr) {
+      hetero::SetLogCallback(nullptr);
+      return;
+    }
+    hetero::SetLogCallback(
+        [callback, user_data](hetero::LogLevel l, std::string_view message) {
+          callback(static_cast<hetero_log_level>(l), message.data(), message.size(), user_data);
+        },
+        static_cast<hetero::LogLevel>(level));
+  } catch (...) {
+  }
+}
+
+void hetero_log_to_stderr(hetero_log_level level, const char* message, size_t length, void* user_data) {
+  (void)user_data;
+  try {
+    const int l = static_cast<int>(level) < 0 ? 0 : static_cast<int>(level) > 3 ? 3 : static_cast<int>(level);
+    hetero::LogToStderr(static_cast<hetero::LogLevel>(l), std::string_view(message != nullptr ? message : "", length));
+  } catch (...) {
+  }
+}
 
 void hetero_engine_options_default(hetero_engine_options* options) {
   if (options == nullptr) return;

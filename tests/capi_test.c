@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hetero.h"
 
@@ -173,6 +174,21 @@ static void test_arguments_and_tools(void) {
   eo.model_path = "/nonexistent/model.gguf";
   EXPECT(hetero_engine_create(&eo, &engine), HETERO_NOT_FOUND, "/nonexistent/model.gguf");
   CHECK(engine == NULL);
+  char corrupt[] = "/tmp/hetero_capi_test_XXXXXX";
+  const int fd = mkstemp(corrupt);
+  if (fd >= 0) {
+    FILE* f = fdopen(fd, "wb");
+    fputs("GGUF but not really a model file", f);
+    fclose(f);
+    eo.model_path = corrupt;
+    EXPECT(hetero_engine_create(&eo, &engine), HETERO_INVALID_ARGUMENT, "offset");
+    CHECK(engine == NULL);
+    remove(corrupt);
+  }
+  hetero_engine_options_default(&eo);
+  eo.scheduler = "bogus";
+  eo.model_path = "/nonexistent/model.gguf";
+  CHECK(hetero_engine_create(&eo, &engine) != HETERO_OK);
 
   /* Tools: registration errors, then each outcome through hetero_tools_invoke. */
   int add_calls = 0;
@@ -354,7 +370,16 @@ static void test_runs(const char* model) {
   sleep_ms(500); /* abandoned slow handlers, if the model called one */
 }
 
+/* Counts log messages; the device notice arrives when the first engine starts. */
+static int log_messages = 0;
+static void count_log(hetero_log_level level, const char* message, size_t length, void* user_data) {
+  (void)level;
+  (void)user_data;
+  if (message != NULL && length > 0) __atomic_add_fetch(&log_messages, 1, __ATOMIC_RELAXED);
+}
+
 int main(int argc, char** argv) {
+  hetero_set_log_callback(count_log, NULL, HETERO_LOG_DEBUG);
   test_arguments_and_tools();
   const char* model = argc > 1 ? argv[1] : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   FILE* f = fopen(model, "rb");
@@ -364,6 +389,8 @@ int main(int argc, char** argv) {
   }
   fclose(f);
   test_runs(model);
+  CHECK(log_messages > 0); /* at least the device notice */
+  hetero_set_log_callback(NULL, NULL, HETERO_LOG_DEBUG);
   if (failures) {
     fprintf(stderr, "%d checks failed\n", failures);
     return 1;

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  hetero_set_log_callback(hetero_log_to_stderr, NULL, HETERO_LOG_WARNING); /* e.g. "no GPU" */
   hetero_engine_options engine_options;
   hetero_engine_options_default(&engine_options);
   engine_options.model_path = model;

@@ -35,6 +35,7 @@ def main():
     parser.add_argument("-m", "--model", default=None, help="GGUF model (default: $HETERO_MODEL, then the default model)")
     parser.add_argument("-n", "--max-tokens", type=int, default=128)
     args = parser.parse_args()
+    hetero.log_to_stderr("warning")  # e.g. the notice that no GPU was found
     try:
         with hetero.Engine(args.model) as engine:
             session = engine.session()

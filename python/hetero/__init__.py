@@ -17,10 +17,26 @@ import typing
 
 from . import _lib
 
-__all__ = ["Engine", "Session", "Result", "Tool", "tool", "HeteroError", "InvalidArgument", "NotFound", "Unsupported",
-           "OutOfMemory", "DeviceError", "Timeout", "Cancelled", "Busy", "Internal", "DataLoss", "version"]
+__all__ = ["log_to_stderr", "silence_log", "invoke_tool", "Engine", "Session", "Result", "Tool", "tool", "HeteroError", "InvalidArgument", "NotFound", "Unsupported",
+           "OutOfMemory", "DeviceError", "Timeout", "Cancelled", "Busy", "Internal", "version"]
 
 _c = _lib.load()
+
+
+_LOG_LEVELS = {"debug": 0, "info": 1, "warning": 2, "error": 3}
+
+
+def log_to_stderr(level="warning"):
+    """Sends the library's messages at `level` ("debug", "info", "warning", "error") or
+    above to stderr ("hetero: warning: no CUDA device ..."). By default they are dropped."""
+    if level not in _LOG_LEVELS:
+        raise ValueError(f"level must be one of {sorted(_LOG_LEVELS)}")
+    _c.hetero_set_log_callback(ctypes.cast(_c.hetero_log_to_stderr, ctypes.c_void_p), None, _LOG_LEVELS[level])
+
+
+def silence_log():
+    """Drops the library's messages again (the default)."""
+    _c.hetero_set_log_callback(None, None, 0)
 
 
 def version():
@@ -45,11 +61,10 @@ class Timeout(HeteroError): pass
 class Cancelled(HeteroError): pass
 class Busy(HeteroError): pass
 class Internal(HeteroError): pass
-class DataLoss(HeteroError): pass
 
 
 _ERRORS = {1: InvalidArgument, 2: NotFound, 3: Unsupported, 4: OutOfMemory, 5: DeviceError, 6: Timeout,
-           7: Cancelled, 8: Busy, 9: Internal, 10: DataLoss}
+           7: Cancelled, 8: Busy, 9: Internal}
 
 
 def _check(status):

@@ -80,6 +80,7 @@ def _declare(lib):
         "hetero_version_string": (ctypes.c_char_p, []),
         "hetero_status_name": (ctypes.c_char_p, [c_status]),
         "hetero_last_error": (ctypes.c_char_p, []),
+        "hetero_set_log_callback": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
         "hetero_engine_options_default": (None, [ctypes.POINTER(EngineOptions)]),
         "hetero_engine_create": (c_status, [ctypes.POINTER(EngineOptions), pp]),
         "hetero_engine_destroy": (None, [p]),

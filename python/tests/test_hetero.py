@@ -16,6 +16,13 @@ MODEL = pathlib.Path(os.environ.get("HETERO_MODEL", "models/SmolLM2-135M-Instruc
 needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"default model not present at {MODEL}")
 
 
+def test_log_levels():
+    hetero.log_to_stderr("error")
+    hetero.silence_log()
+    with pytest.raises(ValueError):
+        hetero.log_to_stderr("loud")
+
+
 def test_version():
     major, minor, patch = hetero.version().split(".")
     assert major.isdigit() and minor.isdigit() and patch.isdigit()
@@ -162,12 +169,31 @@ def test_cancellation_and_callback_errors(engine):
     stream.close()  # ends the run early
     assert stream.result is None
 
-    # The session still works, and cancel() from another thread ends a run.
-    timer = threading.Timer(0.3, session.cancel)
-    timer.start()
-    with pytest.raises(hetero.Cancelled):
-        session.run("Count from one to five hundred in words.", max_tokens=400)
-    timer.join()
+    # cancel() from another thread ends a run: the callback holds the run at its first
+    # piece until the main thread has cancelled, so the run is surely in progress.
+    started, cancelled = threading.Event(), threading.Event()
+
+    def hold(piece):
+        started.set()
+        cancelled.wait(5)
+        return True
+
+    outcome = []
+
+    def run():
+        try:
+            session.run("Tell me a long story about a fox.", max_tokens=64, on_text=hold)
+            outcome.append("finished")
+        except hetero.Cancelled:
+            outcome.append("cancelled")
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert started.wait(30)
+    session.cancel()
+    cancelled.set()
+    worker.join(30)
+    assert outcome == ["cancelled"]
     assert session.run("Say hi.", max_tokens=8).text
 
 
