@@ -147,6 +147,10 @@ bool JsonMatcher::InStringBody() const {
   return depth_ > 0 && frames_[depth_ - 1].mode == static_cast<uint8_t>(Mode::kStringBody) && escape_ == 0;
 }
 
+bool JsonMatcher::InNumberBody() const {
+  return depth_ > 0 && frames_[depth_ - 1].mode == static_cast<uint8_t>(Mode::kNumberBody);
+}
+
 namespace {
 
 using Mode8 = uint8_t;

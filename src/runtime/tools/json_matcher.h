@@ -92,6 +92,8 @@ class JsonMatcher {
   // Inside a string value (not a key, not an enum literal), outside an escape: bytes other
   // than '"' and '\\' only add to the string.
   bool InStringBody() const;
+  // Inside a number value: the bytes after it are the parent's (',', '}', ']').
+  bool InNumberBody() const;
 
   // Appends bytes that may be accepted next, a superset of them, except that inside a
   // string value only '"' and ' ' stand for all its bytes (searches for completions).

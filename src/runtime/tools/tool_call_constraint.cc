@@ -288,7 +288,30 @@ ToolCallConstraint::CompletionPlan ToolCallConstraint::Completion(const State& s
   const std::string key = KeyOf(s);
   if (auto it = completions_.find(key); it != completions_.end()) return it->second;
   CompletionPlan plan;
-  plan.bytes = ShortestCompletionBytes(s);
+  State closed = s;
+  if (s.phase == Phase::kJson && s.matcher.InStringBody() && Feed(closed, '"')) {
+    // Inside a string that may end now, the shortest completion ends it at once: '"' and
+    // the shortest from there, which strings of every length share (one search, not one
+    // per length).
+    plan.bytes = "\"" + Completion(closed).bytes;
+  } else if (s.phase == Phase::kJson && s.matcher.InNumberBody()) {
+    // A number that may end now: the shortest completion ends it with the parent's next
+    // byte (more digits first would only add bytes; what follows does not depend on the
+    // digits). Each ending is searched once for all numbers at that place.
+    bool found = false;
+    for (char end : {',', '}', ']'}) {
+      State ended = s;
+      if (!Feed(ended, static_cast<uint8_t>(end))) continue;
+      CompletionPlan rest = Completion(ended);
+      if (rest.tokens() >= kUnreachable && !Closed(ended)) continue;
+      std::string candidate = std::string(1, end) + rest.bytes;
+      if (!found || candidate.size() < plan.bytes.size()) plan.bytes = std::move(candidate);
+      found = true;
+    }
+    if (!found) plan.bytes = ShortestCompletionBytes(s);
+  } else {
+    plan.bytes = ShortestCompletionBytes(s);
+  }
   const size_t n = plan.bytes.size();
   // Fewest tokens for each suffix, from the end (every byte has a token in byte-level
   // vocabularies; a gap leaves kUnreachable).
