@@ -1,0 +1,219 @@
+// Energy sources and attribution, with injected counters: RAPL from a fixture sysfs tree
+// (wrap-around, unreadable domains), the stated power model and its file, timelines of
+// counters that update every 100 ms (stalls between updates), and the split of energy
+// among stages: overlapping tasks on one device, idle devices held, totals within 1%.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "hetero/energy.h"
+#include "src/runtime/energy/energy_timeline.h"
+
+namespace hetero::internal {
+namespace {
+
+using ::testing::HasSubstr;
+using Ms = std::chrono::milliseconds;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("hetero_energy_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+void Write(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text << "\n";
+}
+
+TEST(RaplTest, ReadsPackagesAndDramAcrossWrapAround) {
+  TempDir root;
+  const auto pkg = root.path() / "intel-rapl:0";
+  Write(pkg / "name", "package-0");
+  Write(pkg / "max_energy_range_uj", "1000000");  // wraps at 1 J, to test it
+  Write(pkg / "energy_uj", "900000");
+  Write(root.path() / "intel-rapl:0:0" / "name", "core");  // part of the package: skipped
+  Write(root.path() / "intel-rapl:0:0" / "energy_uj", "5");
+  Write(root.path() / "intel-rapl:0:0" / "max_energy_range_uj", "1000000");
+  const auto dram = root.path() / "intel-rapl:0:1";
+  Write(dram / "name", "dram");
+  Write(dram / "max_energy_range_uj", "262143328850");
+  Write(dram / "energy_uj", "100");
+  Write(root.path() / "intel-rapl:1" / "name", "package-1");  // no energy_uj: unreadable
+  Write(root.path() / "intel-rapl" / "enabled", "1");         // the control type: not a domain
+
+  std::string why;
+  auto counters = FindRaplCounters(root.path().string(), &why);
+  ASSERT_EQ(counters.size(), 2u);
+  EXPECT_EQ(counters[0]->name(), "rapl:package-0");
+  EXPECT_EQ(counters[1]->name(), "rapl:dram-intel-rapl:0:1");
+  EXPECT_FALSE(counters[0]->estimated());
+  EXPECT_EQ(counters[0]->device(), Device::kCpu);
+  EXPECT_DOUBLE_EQ(*counters[0]->ReadJoules(), 0.0);
+  Write(pkg / "energy_uj", "950000");
+  EXPECT_NEAR(*counters[0]->ReadJoules(), 0.05, 1e-12);
+  Write(pkg / "energy_uj", "150000");  // wrapped: 50000 to the top, then 150000
+  EXPECT_NEAR(*counters[0]->ReadJoules(), 0.25, 1e-12);
+  Write(pkg / "energy_uj", "150000");  // stalled
+  EXPECT_NEAR(*counters[0]->ReadJoules(), 0.25, 1e-12);
+  Write(dram / "energy_uj", "2000100");
+  EXPECT_NEAR(*counters[1]->ReadJoules(), 2.0, 1e-12);
+  Write(pkg / "energy_uj", "garbage");
+  EXPECT_FALSE(counters[0]->ReadJoules().ok());
+}
+
+TEST(RaplTest, SaysWhyThereIsNoCounter) {
+  std::string why;
+  EXPECT_TRUE(FindRaplCounters("/nonexistent/powercap", &why).empty());
+  EXPECT_THAT(why, HasSubstr("cannot be read"));
+  TempDir root;
+  Write(root.path() / "intel-rapl:0" / "name", "package-0");
+  Write(root.path() / "intel-rapl:0" / "max_energy_range_uj", "1000");
+  EXPECT_TRUE(FindRaplCounters(root.path().string(), &why).empty());
+  EXPECT_THAT(why, HasSubstr("needs root"));
+  EXPECT_THAT(why, HasSubstr("package-0"));
+}
+
+TEST(PowerModelTest, CountsIdleAndBusyTime) {
+  const PowerModel model{10.0, 30.0};
+  double busy = 0;
+  const auto start = std::chrono::steady_clock::now();  // before the counter's own start
+  auto counter = MakePowerModelCounter(Device::kGpu, model, [&busy] { return busy; });
+  EXPECT_TRUE(counter->estimated());
+  EXPECT_EQ(counter->name(), "model:gpu");
+  std::this_thread::sleep_for(Ms(50));
+  busy = 0.02;
+  const double joules = *counter->ReadJoules();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(joules, 10.0 * 0.05 + 30.0 * 0.02 - 1e-9);
+  EXPECT_LE(joules, 10.0 * elapsed + 30.0 * 0.02 + 1e-9);
+  busy = 1e6;  // more busy time than has passed is clamped to the elapsed time
+  EXPECT_LE(*counter->ReadJoules(), 40.0 * (elapsed + 1.0));
+}
+
+TEST(PowerModelTest, FileOverridesDefaultsAndRefusesNonsense) {
+  TempDir dir;
+  const auto path = dir.path() / "power.json";
+  Write(path, R"({"cpu": {"idle_watts": 4.5}, "gpu": {"active_watts": 300}})");
+  auto models = LoadPowerModels(path.string());
+  ASSERT_TRUE(models.ok()) << models.status();
+  EXPECT_DOUBLE_EQ((*models)[0].second.idle_watts, 4.5);
+  EXPECT_DOUBLE_EQ((*models)[0].second.active_watts, DefaultPowerModel(Device::kCpu).active_watts);
+  EXPECT_DOUBLE_EQ((*models)[1].second.active_watts, 300);
+  for (const char* bad : {R"({"cpu": {"idle_watts": -1}})", R"({"cpu": {"idle_watts": "ten"}})", R"({"tpu": {}})",
+                          R"([1, 2])", R"({"cpu": 5})", "{"}) {
+    Write(path, bad);
+    EXPECT_FALSE(LoadPowerModels(path.string()).ok()) << bad;
+  }
+  EXPECT_EQ(LoadPowerModels("/nonexistent.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A device at constant `watts` whose counter updates every `update` and is sampled every
+// `sample` from t0 for `span`.
+EnergyTimeline Constant(EnergyClock::time_point t0, double watts, Ms update, Ms sample, Ms span) {
+  EnergyTimeline timeline;
+  for (Ms t(0); t <= span; t += sample) {
+    const Ms updated = (t / update) * update;  // the counter's value lags to its last update
+    timeline.Add(t0 + t, watts * std::chrono::duration<double>(updated).count());
+  }
+  return timeline;
+}
+
+TEST(EnergyTimelineTest, InterpolatesBetweenCounterUpdates) {
+  const auto t0 = EnergyClock::now();
+  const EnergyTimeline t = Constant(t0, 50.0, Ms(100), Ms(10), Ms(1000));
+  EXPECT_LT(t.knots(), 15u) << "repeats between updates are dropped";
+  // 30 ms inside one update period: 1.5 J, but interpolated.
+  const EnergyTimeline::Window short_window = t.Between(t0 + Ms(420), t0 + Ms(450));
+  EXPECT_NEAR(short_window.joules, 1.5, 1e-9);
+  EXPECT_TRUE(short_window.interpolated);
+  const EnergyTimeline::Window long_window = t.Between(t0 + Ms(200), t0 + Ms(700));
+  EXPECT_NEAR(long_window.joules, 25.0, 1e-9);
+  EXPECT_FALSE(long_window.interpolated);
+  EXPECT_TRUE(long_window.covered);
+  EXPECT_FALSE(t.Between(t0 - Ms(10), t0 + Ms(100)).covered);
+  EXPECT_EQ(t.Between(t0 + Ms(500), t0 + Ms(400)).joules, 0);
+}
+
+TEST(AttributionTest, OverlappingTasksShareTheirDevice) {
+  const auto t0 = EnergyClock::now();
+  std::map<Device, EnergyTimeline> devices;
+  devices.emplace(Device::kCpu, Constant(t0, 20.0, Ms(1), Ms(1), Ms(1000)));
+  // Task 1 on the CPU for [0, 600) ms, task 2 for [400, 1000): they overlap for 200 ms.
+  const std::vector<StageWindow> windows = {{1, 0, Device::kCpu, t0, t0 + Ms(600)},
+                                            {2, 0, Device::kCpu, t0 + Ms(400), t0 + Ms(1000)}};
+  const std::vector<StageEnergy> e = AttributeEnergy(windows, devices);
+  // Task 1: 400 ms alone (8 J) + half of 200 ms (2 J); task 2 the same.
+  EXPECT_NEAR(e[0].device_joules, 10.0, 1e-6);
+  EXPECT_NEAR(e[1].device_joules, 10.0, 1e-6);
+  EXPECT_NEAR(e[0].device_joules + e[1].device_joules, devices.at(Device::kCpu).Between(t0, t0 + Ms(1000)).joules,
+              0.01 * 20.0);
+}
+
+TEST(AttributionTest, IdleDevicesHeldAreChargedToTheActiveStage) {
+  const auto t0 = EnergyClock::now();
+  std::map<Device, EnergyTimeline> devices;
+  devices.emplace(Device::kCpu, Constant(t0, 30.0, Ms(1), Ms(1), Ms(1000)));
+  devices.emplace(Device::kGpu, Constant(t0, 70.0, Ms(100), Ms(10), Ms(1000)));  // idle GPU, coarse counter
+  // One task: Understand on the CPU [0, 300), Generate on the GPU [300, 1000).
+  const std::vector<StageWindow> windows = {{7, 0, Device::kCpu, t0, t0 + Ms(300)},
+                                            {7, 1, Device::kGpu, t0 + Ms(300), t0 + Ms(1000)}};
+  const std::vector<StageEnergy> e = AttributeEnergy(windows, devices);
+  EXPECT_NEAR(e[0].device_joules, 9.0, 1e-6);   // 30 W x 0.3 s on the CPU
+  EXPECT_NEAR(e[0].idle_joules, 21.0, 1e-6);    // the idle GPU held meanwhile, 70 W x 0.3 s
+  EXPECT_NEAR(e[1].device_joules, 49.0, 1e-6);  // 70 W x 0.7 s
+  EXPECT_NEAR(e[1].idle_joules, 21.0, 1e-6);    // the CPU, 30 W x 0.7 s
+  double sum = 0;
+  for (const StageEnergy& s : e) sum += s.device_joules + s.idle_joules;
+  double total = 0;
+  for (const auto& [device, timeline] : devices) total += timeline.Between(t0, t0 + Ms(1000)).joules;
+  EXPECT_NEAR(sum, total, 0.01 * total) << "stage energies sum to the meters' total over the task";
+}
+
+TEST(AttributionTest, RandomTasksSumToTheMeterTotal) {
+  // Random overlapping stage windows on two devices that cover [0, 2000) ms: the
+  // attributed energy sums to what the counters measured over that span.
+  const auto t0 = EnergyClock::now();
+  std::mt19937 rng(3);
+  std::map<Device, EnergyTimeline> devices;
+  devices.emplace(Device::kCpu, Constant(t0, 17.0, Ms(1), Ms(1), Ms(2000)));
+  devices.emplace(Device::kGpu, Constant(t0, 113.0, Ms(50), Ms(5), Ms(2000)));
+  std::vector<StageWindow> windows;
+  for (uint64_t task = 0; task < 6; ++task) {
+    int at = static_cast<int>(rng() % 300);
+    if (task == 0) at = 0;
+    for (int stage = 0; at < 2000; ++stage) {
+      const int length = 50 + static_cast<int>(rng() % 400);
+      const int end = task == 0 ? std::min(2000, at + length) : std::min(2000, at + length);
+      windows.push_back({task, stage, rng() % 2 ? Device::kGpu : Device::kCpu, t0 + Ms(at), t0 + Ms(end)});
+      at = end + (task == 0 ? 0 : static_cast<int>(rng() % 100));
+    }
+  }
+  const std::vector<StageEnergy> e = AttributeEnergy(windows, devices);
+  double sum = 0;
+  for (const StageEnergy& s : e) {
+    EXPECT_GE(s.device_joules, 0);
+    EXPECT_GE(s.idle_joules, 0);
+    sum += s.device_joules + s.idle_joules;
+  }
+  double total = 0;
+  for (const auto& [device, timeline] : devices) total += timeline.Between(t0, t0 + Ms(2000)).joules;
+  EXPECT_NEAR(sum, total, 0.01 * total);
+}
+
+}  // namespace
+}  // namespace hetero::internal
