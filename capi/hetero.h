@@ -271,10 +271,11 @@ HETERO_C_API void hetero_result_destroy(hetero_result* result);
 /* The final answer (UTF-8, NUL-terminated); "" for NULL. */
 HETERO_C_API const char* hetero_result_text(const hetero_result* result);
 /* The task report as a JSON object: stages (stage, device, start_ms, end_ms, tokens_in,
- * tokens_out, reason), tool_calls (round, name, arguments, outcome, detail, result_bytes,
- * truncated, ms, duplicate), prompt_tokens, reused_prompt_tokens, generated_tokens,
- * time_to_first_token_ms, total_ms, stop_reason, tool_format, constraint_ms,
- * constraint_masked_steps. "{}" for NULL. */
+ * tokens_out, reason, joules, idle_joules, joules_estimated), tool_calls (round, name,
+ * arguments, outcome, detail, result_bytes, truncated, ms, duplicate), prompt_tokens,
+ * reused_prompt_tokens, generated_tokens, time_to_first_token_ms, total_ms, stop_reason,
+ * tool_format, constraint_ms, constraint_masked_steps, joules, tokens_per_joule,
+ * energy_estimated, energy_sources. "{}" for NULL. */
 HETERO_C_API const char* hetero_result_report_json(const hetero_result* result);
 /* Shortcuts into the report; 0 for NULL. */
 HETERO_C_API int32_t hetero_result_generated_tokens(const hetero_result* result);

@@ -134,7 +134,10 @@ nlohmann::json ReportJson(const hetero::TaskReport& r) {
                       {"end_ms", s.end_ms},
                       {"tokens_in", s.tokens_in},
                       {"tokens_out", s.tokens_out},
-                      {"reason", s.reason}});
+                      {"reason", s.reason},
+                      {"joules", s.joules},
+                      {"idle_joules", s.idle_joules},
+                      {"joules_estimated", s.joules_estimated}});
   }
   nlohmann::json calls = nlohmann::json::array();
   for (const hetero::ToolCallReport& c : r.tool_calls) {
@@ -158,7 +161,11 @@ nlohmann::json ReportJson(const hetero::TaskReport& r) {
           {"stop_reason", r.stop_reason},
           {"tool_format", r.tool_format},
           {"constraint_ms", r.constraint_ms},
-          {"constraint_masked_steps", r.constraint_masked_steps}};
+          {"constraint_masked_steps", r.constraint_masked_steps},
+          {"joules", r.joules},
+          {"tokens_per_joule", r.tokens_per_joule},
+          {"energy_estimated", r.energy_estimated},
+          {"energy_sources", r.energy_sources}};
 }
 
 // A C scheduling callback as a hetero::Scheduler.

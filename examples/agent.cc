@@ -96,6 +96,10 @@ void PrintReport(const std::string& question, const hetero::RunResult& r) {
   }
   std::printf("\nformat %s, %d prompt tokens, %d generated, %.0f ms in all (%s)\n", r.report.tool_format.c_str(),
               r.report.prompt_tokens, r.report.generated_tokens, r.report.total_ms, r.report.stop_reason.c_str());
+  if (r.report.joules >= 0) {
+    std::printf("energy: %.2f J (%.2f tokens/J), %s: %s\n", r.report.joules, r.report.tokens_per_joule,
+                r.report.energy_estimated ? "estimated" : "measured", r.report.energy_sources.c_str());
+  }
   const double generate_ms = GenerateMs(r.report);
   if (r.report.constraint_ms > 0 && generate_ms > 0) {
     std::printf("constrained decoding: %.1f ms of %.0f ms in Generate (%.2f%%), %d of %d steps masked\n",

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/engine.h"
@@ -94,6 +96,43 @@ TEST_F(EngineTest, RunsTheStagesAndReportsThem) {
   ASSERT_TRUE(second.ok());
   EXPECT_GT(second->report.reused_prompt_tokens, r.prompt_tokens);
   EXPECT_LT(second->report.stages[0].tokens_in, 20);
+}
+
+TEST_F(EngineTest, ReportsEnergyPerStage) {
+  // A power model file makes the expected figures exact: 20 W idle, 0 W extra while busy.
+  const std::string path = ::testing::TempDir() + "/power_model.json";
+  {
+    std::ofstream(path) << R"({"cpu": {"idle_watts": 20, "active_watts": 0}})";
+  }
+  EngineOptions o = TestOptions();
+  o.power_model = path;
+  auto engine = Make(o);
+  auto session = engine->NewSession();
+  ASSERT_TRUE(session.ok());
+  auto result = (*session)->Run("Say hello.", Greedy(12));
+  ASSERT_TRUE(result.ok()) << result.status();
+  const TaskReport& r = result->report;
+  double sum = 0, covered_ms = 0;
+  for (const StageReport& s : r.stages) {
+    EXPECT_GE(s.joules, 0);
+    EXPECT_TRUE(s.joules_estimated) << "no RAPL on the test machines: a power model";
+    sum += s.joules;
+    covered_ms += s.end_ms - s.start_ms;
+  }
+  EXPECT_NEAR(r.joules, sum, 1e-9);
+  // 20 W over the stages' time (the meter samples every 20 ms and at the end).
+  EXPECT_NEAR(r.joules, 20.0 * covered_ms / 1000.0, 0.01 * 20.0 * covered_ms / 1000.0 + 1e-3);
+  EXPECT_TRUE(r.energy_estimated);
+  EXPECT_THAT(r.energy_sources, HasSubstr("estimated"));
+  EXPECT_GT(r.tokens_per_joule, 0);
+  // Off: nothing is measured.
+  o.measure_energy = false;
+  auto quiet = Make(o);
+  auto other = quiet->NewSession();
+  auto unmeasured = (*other)->Run("Say hello.", Greedy(4));
+  ASSERT_TRUE(unmeasured.ok());
+  EXPECT_EQ(unmeasured->report.joules, -1);
+  EXPECT_EQ(unmeasured->report.stages[0].joules, -1);
 }
 
 TEST_F(EngineTest, CustomSchedulerIsObeyed) {

@@ -43,6 +43,9 @@ struct EngineOptions {
   std::string cpu_precision = "auto";            // "auto", "f32" or "bf16"
   std::string chat_format;                       // empty: the model's template; else a
                                                  // family name (see ParseChatFormat)
+  bool measure_energy = true;                    // joules per stage in every TaskReport
+  std::string power_model;                       // JSON (docs/METRICS.md); empty:
+                                                 // $HETERO_POWER_MODEL, else defaults
 };
 
 struct StageReport {
@@ -54,7 +57,13 @@ struct StageReport {
   int tokens_out = 0;    // tokens generated (Generate)
   KvPolicy kv_policy = KvPolicy::kKeep;  // ToolCall
   std::string reason;    // the scheduler's
-  double joules = -1;    // not measured yet (energy meters: a later issue)
+  // Energy (docs/METRICS.md): this stage's share of its device's energy plus its share of
+  // devices held but idle meanwhile (idle_joules, included in joules); -1 when energy is
+  // not measured. `joules_estimated`: from a power model, or interpolated over a window
+  // shorter than the counter's updates.
+  double joules = -1;
+  double idle_joules = 0;
+  bool joules_estimated = true;
 };
 
 // One tool call of a task: what was asked, and what came of it.
@@ -88,6 +97,13 @@ struct TaskReport {
   // steps needed the mask.
   double constraint_ms = 0;
   int constraint_masked_steps = 0;
+  // Energy over all stages (TST: joules per task) and output tokens per joule (TPW);
+  // -1 and 0 when not measured. `energy_sources` names the counters, each measured or
+  // estimated.
+  double joules = -1;
+  double tokens_per_joule = 0;
+  bool energy_estimated = true;
+  std::string energy_sources;
 };
 
 struct RunResult {

@@ -320,6 +320,7 @@ void DeviceWorker::Loop() {
     }
 
     const int V = backend_.vocab_size();
+    const Clock::time_point compute_start = Clock::now();
     std::vector<size_t> chunk_sizes;
     absl::Status prefill_status = absl::OkStatus();
     for (auto& j : prefills) {
@@ -338,6 +339,10 @@ void DeviceWorker::Loop() {
       for (auto& j : batch) chunks.push_back({j->seq, absl::MakeConstSpan(&j->pending_token, 1)});
       logits.resize(batch.size() * V);
       step_status = backend_.Step(chunks, absl::MakeSpan(logits));
+    }
+    if (!prefills.empty() || !batch.empty()) {
+      busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - compute_start).count(),
+                         std::memory_order_relaxed);
     }
     // Prompt progress; a finished prompt samples its first token.
     std::vector<bool> prefill_done(prefills.size(), false);

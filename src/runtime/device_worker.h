@@ -78,6 +78,8 @@ class DeviceWorker {
 
   int queued() const;
   int active() const;
+  // Time spent computing (prefill and decode steps) since the worker started.
+  double busy_seconds() const { return static_cast<double>(busy_ns_.load(std::memory_order_relaxed)) * 1e-9; }
   Backend& backend() { return backend_; }
 
  private:
@@ -94,6 +96,7 @@ class DeviceWorker {
   int ReservedByRunningJobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Backend& backend_;
+  std::atomic<int64_t> busy_ns_{0};
   const Tokenizer& tokenizer_;
   const int max_queued_;
   const int max_batch_;

@@ -10,10 +10,42 @@
 #include "src/cpu/cpu_backend.h"
 #include "src/runtime/log_internal.h"
 #include "src/runtime/stages/stages.h"
+#include "src/runtime/energy/energy_meter.h"
 #include "src/runtime/status_macros.h"
 #include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
+
+namespace {
+
+// Joules for each stage of a finished task, and the task's totals.
+void AttributeEnergy(internal::EnergyMeter& meter, TaskContext& task) {
+  std::vector<internal::StageWindow> windows;
+  for (size_t i = 0; i < task.report.stages.size(); ++i) {
+    const StageReport& r = task.report.stages[i];
+    const auto at = [&](double ms) {
+      return task.start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+    };
+    windows.push_back({task.task_id, static_cast<int>(i), r.device, at(r.start_ms), at(r.end_ms)});
+  }
+  const std::vector<internal::StageEnergy> energy = meter.AttributeTask(windows);
+  double total = 0;
+  bool estimated = false;
+  for (size_t i = 0; i < energy.size() && i < task.report.stages.size(); ++i) {
+    StageReport& r = task.report.stages[i];
+    r.joules = energy[i].device_joules + energy[i].idle_joules;
+    r.idle_joules = energy[i].idle_joules;
+    r.joules_estimated = energy[i].interpolated || meter.estimated(r.device);
+    total += r.joules;
+    estimated |= r.joules_estimated;
+  }
+  task.report.joules = total;
+  task.report.tokens_per_joule = total > 0 ? task.report.generated_tokens / total : 0;
+  task.report.energy_estimated = estimated;
+  task.report.energy_sources = meter.sources();
+}
+
+}  // namespace
 
 struct Session::State {
   std::shared_ptr<Engine::Impl> engine;
@@ -37,6 +69,7 @@ struct Engine::Impl : public StageServices {
   bool calibrated = false;
   std::unique_ptr<CpuBackend> cpu;
   std::unique_ptr<DeviceWorker> cpu_worker;
+  std::unique_ptr<internal::EnergyMeter> energy;  // null when measure_energy is off
   std::string gpu_unavailable_reason;
   std::atomic<uint64_t> next_task{1};
 
@@ -45,6 +78,7 @@ struct Engine::Impl : public StageServices {
   bool gpu_fallback_noticed ABSL_GUARDED_BY(mu) = false;
 
   ~Impl() override {
+    energy.reset();      // its thread reads the worker's busy time
     cpu_worker.reset();  // joins the thread before the backend goes
   }
 
@@ -194,6 +228,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   Impl* raw = impl.get();
   impl->cpu_worker = std::make_unique<DeviceWorker>(*impl->cpu, *impl->tokenizer_owned, options.max_queued_tasks,
                                                     options.max_batch, [raw](int tokens) { return raw->EvictIdle(tokens); });
+  if (options.measure_energy) {
+    DeviceWorker* worker = impl->cpu_worker.get();
+    impl->energy = internal::MakeEngineEnergyMeter(options.power_model, [worker] { return worker->busy_seconds(); });
+  }
   const CudaInfo& cuda = QueryDevices().cuda;
   impl->gpu_unavailable_reason = cuda.available
                                      ? "a CUDA device is present but the CUDA backend is not built into this version"
@@ -356,6 +394,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     if (!status.ok()) break;
   }
   task.report.total_ms = task.MsSinceStart(Clock::now());
+  if (status.ok() && s.engine->energy != nullptr) AttributeEnergy(*s.engine->energy, task);
 
   {
     MutexLock lock(&s.mu);

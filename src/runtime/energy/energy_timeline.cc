@@ -23,6 +23,12 @@ void EnergyTimeline::Add(EnergyClock::time_point time, double joules) {
   knots_.push_back({time, joules});
 }
 
+void EnergyTimeline::TrimBefore(EnergyClock::time_point time) {
+  size_t keep_from = 0;
+  while (keep_from + 1 < knots_.size() && knots_[keep_from + 1].time <= time) ++keep_from;
+  for (; keep_from > 0; --keep_from) knots_.pop_front();
+}
+
 double EnergyTimeline::JoulesAt(EnergyClock::time_point time) const {
   if (knots_.empty()) return 0;
   if (time <= knots_.front().time) return knots_.front().joules;

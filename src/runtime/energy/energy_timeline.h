@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <vector>
 
@@ -34,6 +35,8 @@ class EnergyTimeline {
   Window Between(EnergyClock::time_point start, EnergyClock::time_point end) const;
 
   double JoulesAt(EnergyClock::time_point time) const;
+  // Drops samples older than `time`, keeping the last one before it.
+  void TrimBefore(EnergyClock::time_point time);
   size_t knots() const { return knots_.size(); }
 
  private:
@@ -41,7 +44,7 @@ class EnergyTimeline {
     EnergyClock::time_point time;
     double joules;
   };
-  std::vector<Knot> knots_;  // where the counter moved, plus the first and last samples
+  std::deque<Knot> knots_;  // where the counter moved, plus the first and last samples
   EnergyClock::time_point last_time_{};
   bool last_was_repeat_ = false;
 };
