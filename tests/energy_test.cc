@@ -2,6 +2,8 @@
 // (wrap-around, unreadable domains), the stated power model and its file, timelines of
 // counters that update every 100 ms (stalls between updates), and the split of energy
 // among stages: overlapping tasks on one device, idle devices held, totals within 1%.
+#include <dlfcn.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -213,6 +215,66 @@ TEST(AttributionTest, RandomTasksSumToTheMeterTotal) {
   double total = 0;
   for (const auto& [device, timeline] : devices) total += timeline.Between(t0, t0 + Ms(2000)).joules;
   EXPECT_NEAR(sum, total, 0.01 * total);
+}
+
+// NVML through a fake library with the same entry points.
+class NvmlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    handle_ = dlopen(HETERO_FAKE_NVML, RTLD_NOW | RTLD_LOCAL);  // the same handle NVML code gets
+    ASSERT_NE(handle_, nullptr) << dlerror();
+    set_energy_ = reinterpret_cast<void (*)(unsigned long long)>(dlsym(handle_, "fake_nvml_set_energy_mj"));
+    set_power_ = reinterpret_cast<void (*)(unsigned)>(dlsym(handle_, "fake_nvml_set_power_mw"));
+    fail_init_ = reinterpret_cast<void (*)(int)>(dlsym(handle_, "fake_nvml_fail_init"));
+    initialized_ = reinterpret_cast<int (*)()>(dlsym(handle_, "fake_nvml_initialized"));
+    ASSERT_TRUE(set_energy_ && set_power_ && fail_init_ && initialized_);
+  }
+  void TearDown() override {
+    if (handle_ != nullptr) dlclose(handle_);
+  }
+  void* handle_ = nullptr;
+  void (*set_energy_)(unsigned long long) = nullptr;
+  void (*set_power_)(unsigned) = nullptr;
+  void (*fail_init_)(int) = nullptr;
+  int (*initialized_)() = nullptr;
+};
+
+TEST_F(NvmlTest, EnergyCounterAndIntegratedPower) {
+  set_energy_(5000);
+  set_power_(100000);  // 100 W
+  std::string why;
+  {
+    auto counters = FindNvmlCounters(HETERO_FAKE_NVML, &why);
+    ASSERT_EQ(counters.size(), 2u) << why;
+    EXPECT_EQ(initialized_(), 1);
+    EXPECT_EQ(counters[0]->name(), "nvml:0");
+    EXPECT_EQ(counters[1]->name(), "nvml-power:1");
+    EXPECT_EQ(counters[0]->device(), Device::kGpu);
+    EXPECT_FALSE(counters[0]->estimated());
+    EXPECT_DOUBLE_EQ(*counters[0]->ReadJoules(), 0.0);
+    set_energy_(7500);  // +2.5 J
+    EXPECT_DOUBLE_EQ(*counters[0]->ReadJoules(), 2.5);
+    EXPECT_DOUBLE_EQ(*counters[1]->ReadJoules(), 0.0);  // the first power reading starts the integral
+    const auto start = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(Ms(50));
+    const double joules = *counters[1]->ReadJoules();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(joules, 100.0 * 0.05 - 1e-9);
+    EXPECT_LE(joules, 100.0 * seconds + 1e-9);
+  }
+  EXPECT_EQ(initialized_(), 0) << "NVML shut down with its last counter";
+}
+
+TEST_F(NvmlTest, SaysWhyThereIsNoCounter) {
+  std::string why;
+  EXPECT_TRUE(FindNvmlCounters("/nonexistent/libnvidia-ml.so.1", &why).empty());
+  EXPECT_THAT(why, HasSubstr("cannot load"));
+  fail_init_(1);
+  EXPECT_TRUE(FindNvmlCounters(HETERO_FAKE_NVML, &why).empty());
+  EXPECT_THAT(why, HasSubstr("Driver Not Loaded"));
+  fail_init_(0);
+  EXPECT_TRUE(FindNvmlCounters("libc.so.6", &why).empty());
+  EXPECT_THAT(why, HasSubstr("lacks the NVML entry points"));
 }
 
 }  // namespace

@@ -35,6 +35,12 @@ class HETERO_EXPORT EnergyCounter {
 HETERO_EXPORT std::vector<std::unique_ptr<EnergyCounter>> FindRaplCounters(const std::string& root,
                                                                           std::string* why_none);
 
+// NVIDIA GPUs through NVML (`library`, normally "libnvidia-ml.so.1", loaded at run time):
+// the total-energy counter where the GPU has it (Volta and later), else the power reading
+// integrated between reads. Empty, with `why_none`, when there is no driver or GPU.
+HETERO_EXPORT std::vector<std::unique_ptr<EnergyCounter>> FindNvmlCounters(const std::string& library,
+                                                                          std::string* why_none);
+
 // A stated power model for a device without a counter: idle watts while the device is
 // held, plus active watts (per busy thread for the CPU) while it works.
 struct PowerModel {
