@@ -18,10 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "examples/tools/calculator.h"
-#include "examples/tools/current_time.h"
-#include "examples/tools/lookup_table.h"
-#include "examples/tools/unit_converter.h"
+#include "examples/tools/tool_suite.h"
 #include "hetero/engine.h"
 #include "hetero/log.h"
 #include "nlohmann/json.hpp"
@@ -29,7 +26,6 @@
 namespace {
 
 constexpr char kDefaultQuestion[] = "What is 12.5 times 8, minus 3?";
-constexpr char kDefaultFacts[] = "tests/data/tool_suite_facts.json";
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
@@ -40,7 +36,7 @@ struct Options {
   std::string model;
   std::string question = kDefaultQuestion;
   std::string suite;
-  std::string facts = kDefaultFacts;
+  std::string facts = hetero::example_tools::kDefaultFactsPath;
   int threads = 0;
   int max_tokens = 160;
   int limit = 0;
@@ -49,29 +45,6 @@ struct Options {
   bool json = false;
   hetero::ToolCallFormat format = hetero::ToolCallFormat::kAuto;
 };
-
-absl::StatusOr<std::shared_ptr<hetero::ToolRegistry>> MakeTools(const Options& o, bool fixed_clock) {
-  auto tools = std::make_shared<hetero::ToolRegistry>();
-  auto add = [&](hetero::Tool t) { return tools->Register(std::move(t)); };
-  if (absl::Status s = add(hetero::example_tools::MakeCalculatorTool()); !s.ok()) return s;
-  if (absl::Status s = add(hetero::example_tools::MakeUnitConversionTool()); !s.ok()) return s;
-  hetero::example_tools::Clock clock = [] { return std::chrono::system_clock::now(); };
-  if (fixed_clock) {
-    // The suite's date questions expect 2026-11-29 (tests/data/tool_suite.md).
-    clock = [] { return std::chrono::system_clock::time_point(std::chrono::seconds(1795953600)); };
-  }
-  if (absl::Status s = add(hetero::example_tools::MakeCurrentTimeTool(clock)); !s.ok()) return s;
-  if (std::ifstream(o.facts).good()) {
-    auto lookup = hetero::example_tools::MakeLookupTool(
-        o.facts, "Looks up a fact (capitals, city populations, heights, distances, dates) by a short key such as "
-                 "'capital of france'.");
-    if (!lookup.ok()) return lookup.status();
-    if (absl::Status s = add(std::move(*lookup)); !s.ok()) return s;
-  } else {
-    std::fprintf(stderr, "note: no facts file at %s; the lookup tool is not offered\n", o.facts.c_str());
-  }
-  return tools;
-}
 
 double GenerateMs(const hetero::TaskReport& report) {
   double ms = 0;
@@ -108,42 +81,6 @@ void PrintReport(const std::string& question, const hetero::RunResult& r) {
   }
 }
 
-// Numbers in free text: optional sign ('-' or U+2212), thousands commas, decimals.
-std::vector<double> NumbersIn(std::string text) {
-  for (size_t at; (at = text.find("\xE2\x88\x92")) != std::string::npos;) text.replace(at, 3, "-");
-  std::vector<double> out;
-  for (size_t i = 0; i < text.size();) {
-    const bool sign = text[i] == '-' && i + 1 < text.size() && absl::ascii_isdigit(text[i + 1]);
-    if (!absl::ascii_isdigit(text[i]) && !sign) {
-      ++i;
-      continue;
-    }
-    std::string digits;
-    size_t j = i;
-    if (sign) digits.push_back(text[j++]);
-    while (j < text.size() && (absl::ascii_isdigit(text[j]) || text[j] == '.' ||
-                               (text[j] == ',' && j + 1 < text.size() && absl::ascii_isdigit(text[j + 1])))) {
-      if (text[j] != ',') digits.push_back(text[j]);
-      ++j;
-    }
-    while (!digits.empty() && digits.back() == '.') digits.pop_back();
-    double v;
-    if (absl::SimpleAtod(digits, &v)) out.push_back(v);
-    i = j;
-  }
-  return out;
-}
-
-bool Correct(const std::string& answer, const std::string& expected, const std::string& check) {
-  if (check == "text") return absl::AsciiStrToLower(answer).find(absl::AsciiStrToLower(expected)) != std::string::npos;
-  double want;
-  if (!absl::SimpleAtod(expected, &want)) return false;
-  for (double got : NumbersIn(answer)) {
-    if (want == 0 ? std::fabs(got) <= 1e-9 : std::fabs(got - want) <= 0.005 * std::fabs(want)) return true;
-  }
-  return false;
-}
-
 struct SuiteScore {
   int questions = 0, solved = 0, calls = 0, valid_calls = 0, tool_tasks = 0;
   long generated_tokens = 0;
@@ -154,22 +91,14 @@ struct SuiteScore {
 
 absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bool constrain,
                                     std::vector<nlohmann::json>& details) {
-  auto tools = MakeTools(o, /*fixed_clock=*/true);
+  auto tools = hetero::example_tools::MakeSuiteTools(o.facts, /*fixed_clock=*/true);
   if (!tools.ok()) return tools.status();
-  std::ifstream in(o.suite);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the suite '", o.suite, "'"));
+  auto questions = hetero::example_tools::LoadSuite(o.suite);
+  if (!questions.ok()) return questions.status();
   SuiteScore score;
-  std::string line;
   const auto start = std::chrono::steady_clock::now();
-  while (std::getline(in, line) && (o.limit == 0 || score.questions < o.limit)) {
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    const nlohmann::json q = nlohmann::json::parse(line, nullptr, false);
-    const auto is_string = [&q](const char* key) { return q.contains(key) && q[key].is_string(); };
-    if (q.is_discarded() || !q.is_object() || !is_string("question") || !is_string("answer") || !is_string("check") ||
-        (q["check"] != "number" && q["check"] != "text")) {
-      return absl::InvalidArgumentError(
-          "bad suite line (want {\"question\": str, \"answer\": str, \"check\": \"number\"|\"text\"}): " + line);
-    }
+  for (const hetero::example_tools::SuiteQuestion& q : *questions) {
+    if (o.limit > 0 && score.questions >= o.limit) break;
     auto session = engine.NewSession();
     if (!session.ok()) return session.status();
     hetero::RunOptions run;
@@ -178,16 +107,15 @@ absl::StatusOr<SuiteScore> RunSuite(hetero::Engine& engine, const Options& o, bo
     run.tool_format = o.format;
     run.constrain_tool_calls = constrain;
     run.max_tool_rounds = 3;
-    const std::string question = q["question"].get<std::string>();
-    auto result = (*session)->Run(question, run);
+    auto result = (*session)->Run(q.question, run);
     ++score.questions;
-    nlohmann::json d = {{"id", is_string("id") ? q["id"].get<std::string>() : ""}, {"constrained", constrain}};
+    nlohmann::json d = {{"id", q.id}, {"constrained", constrain}};
     if (!result.ok()) {
       d["error"] = std::string(result.status().message());
       details.push_back(d);
       continue;
     }
-    const bool ok = Correct(result->text, q["answer"].get<std::string>(), q["check"].get<std::string>());
+    const bool ok = hetero::example_tools::AnswerIsCorrect(result->text, q.answer, q.check);
     score.solved += ok;
     score.generated_tokens += result->report.generated_tokens;
     score.generate_ms += GenerateMs(result->report);
@@ -299,7 +227,7 @@ int main(int argc, char** argv) {
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
 
   if (o.suite.empty()) {
-    auto tools = MakeTools(o, /*fixed_clock=*/false);
+    auto tools = hetero::example_tools::MakeSuiteTools(o.facts, /*fixed_clock=*/false);
     if (!tools.ok()) return Fail(std::string(tools.status().message()));
     auto session = (*engine)->NewSession();
     if (!session.ok()) return Fail(std::string(session.status().message()));

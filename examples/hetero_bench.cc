@@ -4,6 +4,9 @@
 //                [--precision auto|f32|bf16] [--bf16-min-rows R] [--json]
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
+//   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
+//                                             tool-use tasks per scheduler policy: solved,
+//                                             PPT, latency, joules per task, tokens per joule
 //
 // pp<P>: one Prefill of P random tokens into an empty sequence. tg<N>: N single-token
 // Decode steps from an empty sequence (end-of-sequence tokens are not special here).
@@ -18,6 +21,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "examples/agentic_bench.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -122,8 +127,10 @@ int main(int argc, char** argv) {
   int prompt = 512, gen = 128, threads = hetero::DefaultCpuThreads(), reps = 5, bf16_min_rows = 0;
   bool json = false;
   bool calibrate = false;
+  bool gen_given = false;
   int sessions = 0;
   std::string profile_path = "hetero-profile.json";
+  hetero::bench::AgenticOptions agentic;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next_int = [&](int& out) {
@@ -138,6 +145,7 @@ int main(int argc, char** argv) {
       next_int(prompt);
     } else if (a == "-n") {
       next_int(gen);
+      gen_given = true;
     } else if (a == "-t") {
       next_int(threads);
     } else if (a == "-r") {
@@ -159,14 +167,29 @@ int main(int argc, char** argv) {
       next_int(bf16_min_rows);
     } else if (a == "--json") {
       json = true;
+      agentic.json = true;
+    } else if (a == "--agentic" || a == "--policy" || a == "--plot" || a == "--facts") {
+      if (i + 1 >= argc) return Fail(a + " needs a value");
+      std::string& field = a == "--agentic" ? agentic.suite : a == "--policy" ? agentic.policy
+                         : a == "--plot"    ? agentic.plot : agentic.facts;
+      field = argv[++i];
+    } else if (a == "--limit") {
+      next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS] "
                   "[--precision auto|f32|bf16] [--bf16-min-rows R] [--json]\n"
-                  "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n");
+                  "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
+                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n");
       return 0;
     } else {
       return Fail("unknown option '" + a + "' (try --help)");
     }
+  }
+  if (!agentic.suite.empty()) {
+    agentic.model = model_path;
+    agentic.threads = threads;
+    if (gen_given) agentic.max_tokens = gen;
+    return hetero::bench::RunAgenticBench(agentic);
   }
   if (device != "cpu") return Fail("device '" + device + "' is not available in this build (cpu only)");
   if (sessions > 0 && !calibrate) return RunSessions(model_path, sessions, gen, threads, reps, json);

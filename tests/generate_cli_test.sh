@@ -54,4 +54,28 @@ expect_error bad_precision "unknown precision 'int3'" "$gen" -p x --precision in
 expect_error missing_model "not found" "$gen" -m /no/such.gguf -p x
 expect_error bench_gpu "device 'gpu' is not available" "$bench" --device gpu
 expect_error bench_option "unknown option '--bogus'" "$bench" --bogus
+
+# The agentic benchmark: every policy on two suite questions, JSON rows, an SVG plot.
+"$bench" -t 2 -n 48 --agentic tests/data/tool_suite.jsonl --limit 2 --policy all --json --plot "$tmp/agentic.svg" \
+  >"$tmp/agentic.json" 2>"$tmp/agentic.err"
+check "--agentic exits 0" test $? -eq 0
+check "--agentic rows for every policy" python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["policy"] for r in rows] == ["seed", "all-cpu", "all-gpu", "cost"], rows
+for r in rows:
+    for k in ("tasks", "solved", "ppt", "tokens", "p50_ms", "p99_ms", "joules_per_task", "tokens_per_joule", "estimated"):
+        assert k in r, k
+    assert r["tasks"] == 2 and r["errors"] == 0 and r["tokens"] > 0
+    assert r["joules_per_task"] > 0 and r["p50_ms"] > 0 and r["p99_ms"] >= r["p50_ms"]
+    assert abs(r["ppt"] - 1000.0 * r["solved"] / r["tokens"]) < 1e-9
+    assert r["estimated"]  # no energy counters on the test machines
+' "$tmp/agentic.json"
+check "--plot writes an SVG with a point per policy" python3 -c '
+import sys, xml.dom.minidom
+doc = xml.dom.minidom.parse(sys.argv[1])
+assert len(doc.getElementsByTagName("circle")) == 4
+' "$tmp/agentic.svg"
+expect_error agentic_missing "cannot read the suite" "$bench" --agentic /no/such/suite.jsonl
+expect_error agentic_policy "unknown scheduler" "$bench" --agentic tests/data/tool_suite.jsonl --limit 1 --policy bogus
 exit $fail

@@ -1,0 +1,172 @@
+// hetero-bench --agentic: a suite of tool-use tasks with checkable answers through the
+// engine under each scheduler policy; per policy: tasks solved, problems per 1000 tokens
+// (PPT), tokens, p50/p99 task latency, joules per task (TST), tokens per joule (TPW), and
+// whether energy was estimated. --plot writes an SVG of joules per task against p50
+// latency, one point per policy.
+#include "examples/agentic_bench.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "examples/tools/tool_suite.h"
+#include "hetero/engine.h"
+#include "nlohmann/json.hpp"
+
+namespace hetero::bench {
+namespace {
+
+struct PolicyRow {
+  std::string policy;
+  int tasks = 0, solved = 0, errors = 0;
+  long tokens = 0;
+  double p50_ms = 0, p99_ms = 0;
+  double joules = 0;  // all tasks
+  bool estimated = false;
+  std::string energy_sources;
+  double ppt() const { return tokens > 0 ? 1000.0 * solved / static_cast<double>(tokens) : 0; }
+  double tst() const { return tasks > 0 ? joules / tasks : 0; }
+  double tpw() const { return joules > 0 ? static_cast<double>(tokens) / joules : 0; }
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank.
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
+
+absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& policy,
+                                    const std::vector<example_tools::SuiteQuestion>& questions,
+                                    const std::shared_ptr<ToolRegistry>& tools) {
+  EngineOptions engine_options;
+  engine_options.threads = o.threads;
+  engine_options.scheduler = policy;
+  auto engine = Engine::Create(o.model, engine_options);
+  if (!engine.ok()) return engine.status();
+  PolicyRow row;
+  row.policy = policy;
+  std::vector<double> latencies;
+  for (const example_tools::SuiteQuestion& q : questions) {
+    auto session = (*engine)->NewSession();
+    if (!session.ok()) return session.status();
+    RunOptions run;
+    run.max_tokens = o.max_tokens;
+    run.tool_registry = tools;
+    run.max_tool_rounds = 3;
+    auto result = (*session)->Run(q.question, run);
+    ++row.tasks;
+    if (!result.ok()) {
+      ++row.errors;
+      continue;
+    }
+    row.solved += example_tools::AnswerIsCorrect(result->text, q.answer, q.check);
+    row.tokens += result->report.generated_tokens;
+    latencies.push_back(result->report.total_ms);
+    if (result->report.joules >= 0) row.joules += result->report.joules;
+    row.estimated |= result->report.energy_estimated || result->report.joules < 0;
+    row.energy_sources = result->report.energy_sources;
+  }
+  row.p50_ms = Percentile(latencies, 50);
+  row.p99_ms = Percentile(latencies, 99);
+  return row;
+}
+
+// Joules per task against p50 latency, one labelled point per policy.
+std::string Svg(const std::vector<PolicyRow>& rows) {
+  constexpr double kW = 640, kH = 420, kLeft = 70, kRight = 30, kTop = 40, kBottom = 60;
+  double max_x = 1, max_y = 1;
+  for (const PolicyRow& r : rows) {
+    max_x = std::max(max_x, r.p50_ms / 1000.0);
+    max_y = std::max(max_y, r.tst());
+  }
+  max_x *= 1.15;
+  max_y *= 1.15;
+  const auto x = [&](double v) { return kLeft + v / max_x * (kW - kLeft - kRight); };
+  const auto y = [&](double v) { return kH - kBottom - v / max_y * (kH - kTop - kBottom); };
+  std::string svg = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%.0f\" y=\"22\" font-size=\"14\">Joules per task vs p50 task latency, per scheduler policy</text>\n",
+      kW, kH, kLeft);
+  absl::StrAppendFormat(&svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", kLeft,
+                        kH - kBottom, kW - kRight, kH - kBottom);
+  absl::StrAppendFormat(&svg, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", kLeft, kTop,
+                        kLeft, kH - kBottom);
+  for (int i = 0; i <= 4; ++i) {
+    const double vx = max_x * i / 4, vy = max_y * i / 4;
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.2f</text>\n", x(vx),
+                          kH - kBottom + 18, vx);
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", kLeft - 6, y(vy) + 4,
+                          vy);
+  }
+  absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">p50 task latency (s)</text>\n",
+                        (kLeft + kW - kRight) / 2, kH - 18);
+  absl::StrAppendFormat(&svg,
+                        "<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">joules per task%s</text>\n",
+                        (kTop + kH - kBottom) / 2,
+                        std::any_of(rows.begin(), rows.end(), [](const PolicyRow& r) { return r.estimated; })
+                            ? " (estimated)"
+                            : "");
+  for (const PolicyRow& r : rows) {
+    absl::StrAppendFormat(&svg, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"#1f77b4\"/>\n", x(r.p50_ms / 1000.0),
+                          y(r.tst()));
+    absl::StrAppendFormat(&svg, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x(r.p50_ms / 1000.0) + 8, y(r.tst()) - 6,
+                          r.policy);
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace
+
+int RunAgenticBench(const AgenticOptions& o) {
+  const auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    return 1;
+  };
+  auto questions = example_tools::LoadSuite(o.suite);
+  if (!questions.ok()) return fail(std::string(questions.status().message()));
+  if (o.limit > 0 && static_cast<int>(questions->size()) > o.limit) questions->resize(o.limit);
+  auto tools = example_tools::MakeSuiteTools(o.facts, /*fixed_clock=*/true);
+  if (!tools.ok()) return fail(std::string(tools.status().message()));
+  std::vector<std::string> policies = {o.policy};
+  if (o.policy == "all") policies = {"seed", "all-cpu", "all-gpu", "cost"};
+  std::vector<PolicyRow> rows;
+  for (const std::string& policy : policies) {
+    auto row = RunPolicy(o, policy, *questions, *tools);
+    if (!row.ok()) return fail(absl::StrCat("policy ", policy, ": ", row.status().message()));
+    rows.push_back(*row);
+  }
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const PolicyRow& r : rows) {
+      out.push_back({{"policy", r.policy}, {"tasks", r.tasks}, {"solved", r.solved}, {"errors", r.errors},
+                     {"ppt", r.ppt()}, {"tokens", r.tokens}, {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
+                     {"joules_per_task", r.tst()}, {"tokens_per_joule", r.tpw()}, {"estimated", r.estimated},
+                     {"energy_sources", r.energy_sources}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    std::printf("%-8s %6s %6s %7s %7s %9s %9s %9s %8s  %s\n", "policy", "tasks", "solved", "PPT", "tokens", "p50 ms",
+                "p99 ms", "J/task", "tok/J", "energy");
+    for (const PolicyRow& r : rows) {
+      std::printf("%-8s %6d %6d %7.2f %7ld %9.0f %9.0f %9.2f %8.3f  %s\n", r.policy.c_str(), r.tasks, r.solved, r.ppt(),
+                  r.tokens, r.p50_ms, r.p99_ms, r.tst(), r.tpw(), r.estimated ? "estimated" : "measured");
+    }
+    if (!rows.empty()) std::printf("energy sources: %s\n", rows.back().energy_sources.c_str());
+  }
+  if (!o.plot.empty()) {
+    std::ofstream svg(o.plot);
+    svg << Svg(rows);
+    if (!svg) return fail("cannot write " + o.plot);
+  }
+  return 0;
+}
+
+}  // namespace hetero::bench

@@ -1,0 +1,27 @@
+// hetero-bench --agentic (examples/agentic_bench.cc).
+#ifndef HETERO_EXAMPLES_AGENTIC_BENCH_H_
+#define HETERO_EXAMPLES_AGENTIC_BENCH_H_
+
+#include <string>
+
+#include "examples/tools/tool_suite.h"
+
+namespace hetero::bench {
+
+struct AgenticOptions {
+  std::string suite;
+  std::string policy = "all";  // a scheduler name, or "all"
+  std::string model;
+  std::string facts = example_tools::kDefaultFactsPath;
+  std::string plot;            // SVG path; empty: none
+  int threads = 0;
+  int max_tokens = 160;
+  int limit = 0;               // first N questions; 0: all
+  bool json = false;
+};
+
+int RunAgenticBench(const AgenticOptions& options);
+
+}  // namespace hetero::bench
+
+#endif  // HETERO_EXAMPLES_AGENTIC_BENCH_H_
