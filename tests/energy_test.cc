@@ -254,8 +254,8 @@ TEST_F(NvmlTest, EnergyCounterAndIntegratedPower) {
     EXPECT_DOUBLE_EQ(*counters[0]->ReadJoules(), 0.0);
     set_energy_(7500);  // +2.5 J
     EXPECT_DOUBLE_EQ(*counters[0]->ReadJoules(), 2.5);
+    const auto start = std::chrono::steady_clock::now();  // before the integral starts
     EXPECT_DOUBLE_EQ(*counters[1]->ReadJoules(), 0.0);  // the first power reading starts the integral
-    const auto start = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(Ms(50));
     const double joules = *counters[1]->ReadJoules();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

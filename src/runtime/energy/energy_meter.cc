@@ -44,11 +44,13 @@ void EnergyMeter::Run() {
 
 void EnergyMeter::Sample() {
   std::map<Device, double> joules;
+  const EnergyClock::time_point before = EnergyClock::now();
   for (const auto& counter : counters_) {
     absl::StatusOr<double> j = counter->ReadJoules();
     if (j.ok()) joules[counter->device()] += *j;  // a failed read leaves a gap to interpolate
   }
-  const EnergyClock::time_point now = EnergyClock::now();
+  // The readings are stamped with the middle of the time they took.
+  const EnergyClock::time_point now = before + (EnergyClock::now() - before) / 2;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [device, j] : joules) {
     EnergyTimeline& t = timelines_[device];
