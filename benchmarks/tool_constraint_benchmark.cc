@@ -70,90 +70,43 @@ const Fixture* GetFixture() {
   return fixture;
 }
 
-void BM_ConstraintLazy(benchmark::State& state) {
+// Replays the reply's tokens through a fresh constraint per iteration. `mask_every_step`:
+// build the full mask at each step (the worst case) instead of only checking the token;
+// `near_budget_end`: the whole replay falls within the budget's last tokens.
+void ReplayReply(benchmark::State& state, bool mask_every_step, bool near_budget_end) {
   const Fixture* f = GetFixture();
   if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
   std::vector<float> logits(f->tokenizer->vocab_size(), 0.5f), copy;
+  const int first_budget = near_budget_end ? static_cast<int>(f->reply_tokens.size()) + 8 : 256;
   for (auto _ : state) {
     ToolCallConstraint constraint(f->vocab, f->grammar, ToolCallFormat::kGeneric);
-    int remaining = 256;
+    int remaining = first_budget;
     for (int32_t token : f->reply_tokens) {
       constraint.SetBudget(remaining--);
-      copy.assign(logits.begin(), logits.end());  // the worker keeps the unmasked logits
+      if (mask_every_step) {
+        std::fill(logits.begin(), logits.end(), 0.5f);
+        if (!constraint.Mask(absl::MakeSpan(logits))) return state.SkipWithError("no token allowed");
+      } else {
+        copy.assign(logits.begin(), logits.end());  // the worker keeps the unmasked logits
+      }
       if (!constraint.Allows(token)) return state.SkipWithError("the replayed reply left the grammar");
       constraint.Accept(token);
     }
+    benchmark::DoNotOptimize(logits.data());
     benchmark::DoNotOptimize(copy.data());
   }
   // items_per_second is tokens per second: its inverse is the cost per token.
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f->reply_tokens.size()));
   state.counters["tokens"] = static_cast<double>(f->reply_tokens.size());
 }
+
+void BM_ConstraintLazy(benchmark::State& state) { ReplayReply(state, false, false); }
+void BM_ConstraintLazyNearBudgetEnd(benchmark::State& state) { ReplayReply(state, false, true); }
+void BM_ConstraintFullMaskEveryStep(benchmark::State& state) { ReplayReply(state, true, false); }
+void BM_ConstraintFullMaskNearBudgetEnd(benchmark::State& state) { ReplayReply(state, true, true); }
 BENCHMARK(BM_ConstraintLazy)->Unit(benchmark::kMicrosecond);
-
-// The last tokens of a budget: each sampled token is also checked for room to complete the
-// call after it (the whole replay inside the budget horizon).
-void BM_ConstraintLazyNearBudgetEnd(benchmark::State& state) {
-  const Fixture* f = GetFixture();
-  if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
-  std::vector<float> logits(f->tokenizer->vocab_size(), 0.5f), copy;
-  for (auto _ : state) {
-    ToolCallConstraint constraint(f->vocab, f->grammar, ToolCallFormat::kGeneric);
-    int remaining = static_cast<int>(f->reply_tokens.size()) + 8;
-    for (int32_t token : f->reply_tokens) {
-      constraint.SetBudget(remaining--);
-      copy.assign(logits.begin(), logits.end());
-      if (!constraint.Allows(token)) return state.SkipWithError("the replayed reply left the grammar");
-      constraint.Accept(token);
-    }
-    benchmark::DoNotOptimize(copy.data());
-  }
-  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f->reply_tokens.size()));
-}
 BENCHMARK(BM_ConstraintLazyNearBudgetEnd)->Unit(benchmark::kMicrosecond);
-
-void BM_ConstraintFullMaskEveryStep(benchmark::State& state) {
-  const Fixture* f = GetFixture();
-  if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
-  std::vector<float> logits(f->tokenizer->vocab_size());
-  for (auto _ : state) {
-    ToolCallConstraint constraint(f->vocab, f->grammar, ToolCallFormat::kGeneric);
-    int remaining = 256;
-    for (int32_t token : f->reply_tokens) {
-      constraint.SetBudget(remaining--);
-      std::fill(logits.begin(), logits.end(), 0.5f);
-      if (!constraint.Mask(absl::MakeSpan(logits))) return state.SkipWithError("no token allowed");
-      if (!constraint.Allows(token)) return state.SkipWithError("the replayed reply left the grammar");
-      constraint.Accept(token);
-    }
-    benchmark::DoNotOptimize(logits.data());
-  }
-  // items_per_second is tokens per second: its inverse is the cost per token.
-  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f->reply_tokens.size()));
-  state.counters["tokens"] = static_cast<double>(f->reply_tokens.size());
-}
 BENCHMARK(BM_ConstraintFullMaskEveryStep)->Unit(benchmark::kMicrosecond);
-
-// The worst case near the end of a budget: a full mask at every step, each allowed token
-// outside strings (and each with '"' or '\\' inside them) checked for room to complete.
-void BM_ConstraintFullMaskNearBudgetEnd(benchmark::State& state) {
-  const Fixture* f = GetFixture();
-  if (f == nullptr) return state.SkipWithError("default model not present (run bash scripts/setup.sh --model)");
-  std::vector<float> logits(f->tokenizer->vocab_size());
-  for (auto _ : state) {
-    ToolCallConstraint constraint(f->vocab, f->grammar, ToolCallFormat::kGeneric);
-    int remaining = static_cast<int>(f->reply_tokens.size()) + 8;
-    for (int32_t token : f->reply_tokens) {
-      constraint.SetBudget(remaining--);
-      std::fill(logits.begin(), logits.end(), 0.5f);
-      if (!constraint.Mask(absl::MakeSpan(logits))) return state.SkipWithError("no token allowed");
-      if (!constraint.Allows(token)) return state.SkipWithError("the replayed reply left the grammar");
-      constraint.Accept(token);
-    }
-    benchmark::DoNotOptimize(logits.data());
-  }
-  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(f->reply_tokens.size()));
-}
 BENCHMARK(BM_ConstraintFullMaskNearBudgetEnd)->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -3,6 +3,7 @@
 // worker samples (draw, and only when the draw breaks the grammar, mask and draw again).
 // Every run must end in a reply that parses and whose calls validate: 200 runs over 5
 // schemas, fixed seeds.
+#include <optional>
 #include <random>
 
 #include "gmock/gmock.h"
@@ -61,6 +62,54 @@ Tool MakeTool(std::string name, const char* schema) {
   return t;
 }
 
+// Random logits (a fixed pool of normal noise at random offsets, plus a bias per token:
+// generating 49k normals per step would dominate the test's time), sampled the way the
+// device worker samples: draw; only when the draw breaks the grammar, mask and draw again.
+class NoisySampler {
+ public:
+  NoisySampler(const std::vector<float>& pool, const std::vector<float>& bias, uint32_t seed, uint64_t sampler_seed)
+      : pool_(pool), bias_(bias), rng_(seed), logits_(bias.size()) {
+    SamplingParams params;
+    params.temperature = 1.0f;
+    params.seed = sampler_seed;
+    sampler_.emplace(*Sampler::Create(params));
+  }
+  // The next token, accepted by `c`; nullopt at a dead end (nothing allowed).
+  std::optional<int32_t> Next(ToolCallConstraint& c) {
+    const size_t vocab = bias_.size();
+    const float* n = pool_.data() + rng_() % (pool_.size() - vocab);
+    for (size_t id = 0; id < vocab; ++id) logits_[id] = n[id] + bias_[id];
+    saved_ = logits_;
+    int32_t token = sampler_->Sample(absl::MakeSpan(logits_), history_);
+    if (!c.Allows(token)) {
+      logits_ = saved_;
+      if (!c.Mask(absl::MakeSpan(logits_))) return std::nullopt;
+      token = sampler_->Sample(absl::MakeSpan(logits_), history_);
+      if (!c.Allows(token)) return std::nullopt;
+    }
+    c.Accept(token);
+    history_.push_back(token);
+    return token;
+  }
+  size_t steps() const { return history_.size(); }
+
+ private:
+  const std::vector<float>& pool_;
+  const std::vector<float>& bias_;
+  std::mt19937 rng_;
+  std::optional<Sampler> sampler_;
+  std::vector<float> logits_, saved_;
+  std::vector<int32_t> history_;
+};
+
+std::vector<float> NoisePool(uint32_t seed) {
+  std::vector<float> pool(1 << 20);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 2.0f);
+  for (float& v : pool) v = noise(rng);
+  return pool;
+}
+
 TEST_F(ConstrainedDecodingTest, RandomRunsAlwaysGiveValidCalls) {
   const int vocab = tokenizer_->vocab_size();
   std::vector<float> bias(vocab, 0.0f);
@@ -69,10 +118,7 @@ TEST_F(ConstrainedDecodingTest, RandomRunsAlwaysGiveValidCalls) {
     if (b.find_first_of("\"}],") != std::string::npos) bias[id] = 2.5f;
     if (!b.empty() && b[0] == '"') bias[id] = 4.0f;  // ends a string
   }
-  std::vector<float> noise_pool(1 << 20);
-  std::mt19937 pool_rng(5);
-  std::normal_distribution<float> noise(0.0f, 2.0f);
-  for (float& v : noise_pool) v = noise(pool_rng);
+  const std::vector<float> noise_pool = NoisePool(5);
   int runs = 0, with_calls = 0, masks = 0;
   for (int s = 0; s < 5; ++s) {
     ToolRegistry tools;
@@ -81,35 +127,17 @@ TEST_F(ConstrainedDecodingTest, RandomRunsAlwaysGiveValidCalls) {
     std::shared_ptr<const Grammar> grammar =
         Grammar::GenericReply({tools.tool(0).name, tools.tool(1).name}, {&tools.schema(0).root(), &tools.schema(1).root()});
     for (int run = 0; run < 40; ++run, ++runs) {
-      std::mt19937 rng(1000 * s + run);
-      SamplingParams params;
-      params.temperature = 1.0f;
-      params.seed = 7 * run + s;
-      Sampler sampler = *Sampler::Create(params);
+      NoisySampler sampler(noise_pool, bias, 1000 * s + run, 7 * run + s);
       ToolCallConstraint constraint(vocab_, grammar, ToolCallFormat::kGeneric);
-      std::vector<float> logits(vocab), saved;
-      std::vector<int32_t> history;
       std::string text;
       bool ended = false;
       for (int step = 0; step < 1500 && !ended; ++step) {
-        // Noise from a fixed pool at a random offset: generating 49k normals per step
-        // would dominate the test's time.
-        const float* n = noise_pool.data() + rng() % (noise_pool.size() - vocab);
-        for (int id = 0; id < vocab; ++id) logits[id] = n[id] + bias[id];
-        saved = logits;
-        int32_t token = sampler.Sample(absl::MakeSpan(logits), history);
-        if (!constraint.Allows(token)) {
-          logits = saved;
-          ASSERT_TRUE(constraint.Mask(absl::MakeSpan(logits))) << "dead end after: " << text;
-          token = sampler.Sample(absl::MakeSpan(logits), history);
-          ASSERT_TRUE(constraint.Allows(token));
-        }
-        constraint.Accept(token);
-        history.push_back(token);
-        if (tokenizer_->IsEndOfGeneration(token)) {
+        const std::optional<int32_t> token = sampler.Next(constraint);
+        ASSERT_TRUE(token.has_value()) << "dead end after: " << text;
+        if (tokenizer_->IsEndOfGeneration(*token)) {
           ended = true;
         } else {
-          text += vocab_->bytes[token];
+          text += vocab_->bytes[*token];
         }
       }
       ASSERT_TRUE(ended) << "run " << runs << " did not finish: " << text;
@@ -233,10 +261,7 @@ TEST_F(ConstrainedDecodingTest, CallsAreCompleteWithinAnyBudget) {
     if (b.find_first_of("{[,:") != std::string::npos) bias[id] = 3.0f;
     if (b.find('"') != std::string::npos) bias[id] += 1.5f;
   }
-  std::vector<float> noise_pool(1 << 20);
-  std::mt19937 pool_rng(11);
-  std::normal_distribution<float> noise(0.0f, 2.0f);
-  for (float& v : noise_pool) v = noise(pool_rng);
+  const std::vector<float> noise_pool = NoisePool(11);
   ToolRegistry tools;
   for (int s = 0; s < 5; ++s) ASSERT_TRUE(tools.Register(MakeTool("tool_" + std::to_string(s), kSchemas[s])).ok());
   std::vector<std::string> names;
@@ -248,42 +273,26 @@ TEST_F(ConstrainedDecodingTest, CallsAreCompleteWithinAnyBudget) {
   std::shared_ptr<const Grammar> grammar = Grammar::GenericReply(names, schemas);
   int calls = 0, closing_runs = 0;
   for (int run = 0; run < 60; ++run) {
-    std::mt19937 rng(77 + run);
     const int budget = 30 + run;  // 30 .. 89 tokens
-    SamplingParams params;
-    params.temperature = 1.0f;
-    params.seed = 3 * run + 1;
-    Sampler sampler = *Sampler::Create(params);
+    NoisySampler sampler(noise_pool, bias, 77 + run, 3 * run + 1);
     ToolCallConstraint constraint(vocab_, grammar, ToolCallFormat::kGeneric);
-    std::vector<float> logits(vocab), saved;
-    std::vector<int32_t> history;
     std::string text;
     bool ended = false;
     bool closing = false;
     for (int step = 0; step < budget && !ended; ++step) {
       constraint.SetBudget(budget - step);
       closing |= constraint.closing();
-      const float* n = noise_pool.data() + rng() % (noise_pool.size() - vocab);
-      for (int id = 0; id < vocab; ++id) logits[id] = n[id] + bias[id];
-      saved = logits;
-      int32_t token = sampler.Sample(absl::MakeSpan(logits), history);
-      if (!constraint.Allows(token)) {
-        logits = saved;
-        ASSERT_TRUE(constraint.Mask(absl::MakeSpan(logits))) << "dead end after: " << text;
-        token = sampler.Sample(absl::MakeSpan(logits), history);
-        ASSERT_TRUE(constraint.Allows(token));
-      }
-      constraint.Accept(token);
-      history.push_back(token);
-      if (tokenizer_->IsEndOfGeneration(token)) {
+      const std::optional<int32_t> token = sampler.Next(constraint);
+      ASSERT_TRUE(token.has_value()) << "dead end after: " << text;
+      if (tokenizer_->IsEndOfGeneration(*token)) {
         ended = true;
       } else {
-        text += vocab_->bytes[token];
+        text += vocab_->bytes[*token];
       }
     }
     closing_runs += closing;
     const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
-    ASSERT_FALSE(parsed.is_discarded()) << "budget " << budget << ", " << history.size() << " tokens, ended " << ended << ": " << text;
+    ASSERT_FALSE(parsed.is_discarded()) << "budget " << budget << ", " << sampler.steps() << " tokens, ended " << ended << ": " << text;
     const ParsedReply reply = ParseToolCalls(text, ToolCallFormat::kGeneric);
     for (const ParsedToolCall& call : reply.calls) {
       ++calls;
