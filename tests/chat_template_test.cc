@@ -170,6 +170,17 @@ TEST(ChatTemplateTest, FamiliesWithoutVectors) {
             "Today Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
   EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kMistral).Render({{"tool", "x"}}, {}, true),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no 'tool' role")));
+  // Nothing is dropped without a word (found by chat_template_fuzzer).
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kZephyr).Render({{"user", "x"}, {"tool", "4"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("zephyr chat format has no 'tool' role")));
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kMistral).Render({{"system", "Be brief."}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("followed by a user message")));
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kMistral).Render({{"system", "s"}, {"assistant", "a"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("followed by a user message")));
+  EXPECT_EQ(*ChatTemplate::ForFormat(ChatFormat::kMistral).Render({{"system", "a"}, {"system", "b"}, {"user", "c"}}, {}, true),
+            "<s>[INST] a\n\nb\n\nc [/INST]");
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kGemma).Render({{"system", "Be brief."}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a turn after it")));
 }
 
 TEST(ChatTemplateTest, CustomFormatter) {

@@ -240,16 +240,25 @@ absl::StatusOr<std::string> RenderMistral(const ChatTemplate::Spec& spec, const 
   std::string pending_system;
   for (const ChatMessage& m : messages) {
     if (m.role == "system") {
-      pending_system = m.content;
+      // Consecutive system messages are joined, not overwritten.
+      pending_system = pending_system.empty() ? m.content : absl::StrCat(pending_system, "\n\n", m.content);
     } else if (m.role == "user") {
       const std::string content = pending_system.empty() ? m.content : absl::StrCat(pending_system, "\n\n", m.content);
       pending_system.clear();
       absl::StrAppend(&out, "[INST] ", content, " [/INST]");
     } else if (m.role == "assistant") {
+      if (!pending_system.empty()) {
+        return absl::InvalidArgumentError("mistral chat format: a system message must be followed by a user message");
+      }
       absl::StrAppend(&out, m.content, spec.eos);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("mistral chat format has no '", m.role, "' role"));
     }
+  }
+  // The template folds a system message into the next user turn; with none, it would be
+  // lost without a word.
+  if (!pending_system.empty()) {
+    return absl::InvalidArgumentError("mistral chat format: a system message must be followed by a user message");
   }
   return out;  // "[/INST]" already prompts the assistant
 }
@@ -258,7 +267,10 @@ absl::StatusOr<std::string> RenderZephyr(const ChatTemplate::Spec& spec, const s
                                          bool add_generation_prompt) {
   std::string out;
   for (const ChatMessage& m : messages) {
-    if (m.role != "user" && m.role != "system" && m.role != "assistant") continue;  // as the template
+    // The template skips other roles; a message must not vanish without a word.
+    if (m.role != "user" && m.role != "system" && m.role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat("zephyr chat format has no '", m.role, "' role"));
+    }
     absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, spec.eos, "\n");
   }
   if (add_generation_prompt) out += "<|assistant|>\n";
@@ -274,6 +286,10 @@ absl::StatusOr<std::string> RenderGemma(const ChatTemplate::Spec& spec, const st
   std::string first_prefix;
   size_t start = 0;
   if (!messages.empty() && messages[0].role == "system") {
+    if (messages.size() == 1) {
+      // The template would drop it: it only prefixes the turn after it.
+      return absl::InvalidArgumentError("gemma chat format: a system message needs a turn after it");
+    }
     first_prefix = messages[0].content + "\n\n";
     start = 1;
   }
