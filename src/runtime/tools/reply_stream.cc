@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "src/runtime/tokenizer/utf8.h"
+
 namespace hetero::internal {
 namespace {
 
@@ -16,19 +18,6 @@ size_t PartialTag(std::string_view s, std::string_view tag) {
     if (s.substr(s.size() - n) == tag.substr(0, n)) return n;
   }
   return 0;
-}
-
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 }  // namespace
