@@ -104,6 +104,7 @@ nlohmann::json ToJson(const hetero::Model& model, const std::map<std::string, Ty
   j["devices"] = {
       {"cpu", {{"name", devices.cpu.name},
                {"logical_cpus", devices.cpu.logical_cpus},
+               {"usable_cpus", devices.cpu.usable_cpus},
                {"features", devices.cpu.FeatureList()}}},
       {"cuda", {{"available", devices.cuda.available},
                 {"module_found", devices.cuda.module_found},
@@ -153,8 +154,8 @@ void PrintText(const hetero::Model& model, const std::map<std::string, TypeStats
     std::printf("unused tensors:   %zu (first: %s)\n", model.unused_tensors().size(),
                 model.unused_tensors().front().c_str());
   }
-  std::printf("cpu:              %s, %d logical CPUs, %s\n", devices.cpu.name.c_str(),
-              devices.cpu.logical_cpus, devices.cpu.FeatureList().c_str());
+  std::printf("cpu:              %s, %d logical CPUs (%d usable), %s\n", devices.cpu.name.c_str(),
+              devices.cpu.logical_cpus, devices.cpu.usable_cpus, devices.cpu.FeatureList().c_str());
   if (devices.cuda.available) {
     for (const hetero::CudaDeviceInfo& d : devices.cuda.devices) {
       std::printf("cuda:%d:           %s, sm_%d%d, %.1f GiB, %d SMs\n", d.index, d.name.c_str(),

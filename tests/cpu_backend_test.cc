@@ -142,6 +142,7 @@ class ReferenceTest : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
   const CpuPrecision precision = GetParam().precision;
+  if (precision == CpuPrecision::kBf16 && !CpuHasBf16Matmul()) GTEST_SKIP() << "no bf16 matmul on this CPU";
   const double tolerance = GetParam().tiny_tolerance;
   std::string current;
   std::unique_ptr<Model> model;
@@ -156,7 +157,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
       model = std::move(*m);
       CpuBackendOptions options = TestOptions();
       options.precision = precision;
-      options.bf16_min_rows = 16;  // the 37-token prompts take the bf16 GEMM path
+      if (CpuHasBf16Matmul()) options.bf16_min_rows = 16;  // the 37-token prompts take the bf16 GEMM path
       auto b = CpuBackend::Create(*model, options);
       ASSERT_TRUE(b.ok()) << b.status();
       backend = std::move(*b);
@@ -171,6 +172,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
 TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
   HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
   const CpuPrecision precision = GetParam().precision;
+  if (precision == CpuPrecision::kBf16 && !CpuHasBf16Matmul()) GTEST_SKIP() << "no bf16 matmul on this CPU";
   auto model = Model::Load(kDefaultModelPath);
   ASSERT_TRUE(model.ok());
   CpuBackendOptions options = TestOptions();

@@ -1,10 +1,11 @@
-// The native quantized matmul kernels: AVX-512 VNNI against the portable kernels, and both
+// The native quantized matmul kernels: AVX-512 VNNI and AVX2 against the portable kernels, and both
 // against a float64 product of the dequantized weights with the unquantized activations,
 // on random blocks of awkward sizes (odd block counts, single rows, non-multiple-of-16 n).
 #include <cmath>
 #include <random>
 
 #include "gtest/gtest.h"
+#include "src/cpu/cpu_features.h"
 #include "src/cpu/quant_matmul.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
@@ -97,6 +98,39 @@ INSTANTIATE_TEST_SUITE_P(
       return TensorTypeName(info.param.type) + "_" + std::to_string(info.param.n) + "x" +
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);
     });
+
+// The AVX2 kernel (CPUs without AVX-512 VNNI) against the portable one and float64, run
+// directly so it is checked on every CPU that has AVX2, whichever kernel QuantMatmul picks.
+TEST_P(QuantMatmulTest, Avx2KernelMatchesPortable) {
+  if (!DetectCpu().avx2 || !DetectCpu().fma) GTEST_SKIP() << "no AVX2 on this CPU";
+  const Shape s = GetParam();
+  std::mt19937 rng(s.n * 17 + s.k + s.m * 5);
+  const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
+  std::vector<float> x(static_cast<size_t>(s.m) * s.k);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  QuantizedActivations a;
+  a.Quantize(x.data(), s.m, s.k, s.k);
+  std::vector<float> wf(static_cast<size_t>(s.n) * s.k);
+  ASSERT_TRUE(Dequantize(s.type, blocks, absl::MakeSpan(wf)).ok());
+  std::vector<float> y(static_cast<size_t>(s.m) * s.n, std::nanf(""));
+  for (int j = 0; j < s.n; ++j) internal::QuantRowsAvx2(w, j, a, y.data(), s.n);
+  for (int m = 0; m < s.m; ++m) {
+    for (int j = 0; j < s.n; ++j) {
+      double ref = 0, magnitude = 0;
+      for (int i = 0; i < s.k; ++i) {
+        const double p = static_cast<double>(wf[static_cast<size_t>(j) * s.k + i]) * x[static_cast<size_t>(m) * s.k + i];
+        ref += p;
+        magnitude += std::fabs(p);
+      }
+      const float got = y[static_cast<size_t>(m) * s.n + j];
+      const float port = internal::QuantDotPortable(w, j, a, m);
+      ASSERT_LT(std::fabs(got - port) / (magnitude + 1e-30), 1e-5) << "row " << m << " output " << j;
+      ASSERT_LT(std::fabs(got - ref) / (magnitude + 1e-30), 2e-2) << "row " << m << " output " << j;
+    }
+  }
+}
 
 // The bf16 copy used by the GEMM path: within one bf16 rounding step of the exact values.
 TEST_P(QuantMatmulTest, Bf16CopyMatchesDequantization) {

@@ -15,6 +15,9 @@ namespace hetero {
 struct HETERO_EXPORT CpuInfo {
   std::string name;  // processor brand string
   int logical_cpus = 0;
+  // CPUs this process may actually use: the affinity mask, capped by a cgroup CPU quota
+  // (containers). The default thread count.
+  int usable_cpus = 0;
   bool avx2 = false;
   bool fma = false;
   bool f16c = false;

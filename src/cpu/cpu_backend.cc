@@ -32,7 +32,12 @@ void AddBias(float* y, const std::vector<float>& bias, int rows) {
 
 }  // namespace
 
-int DefaultCpuThreads() { return std::max(1, DetectCpu().logical_cpus); }
+bool CpuHasBf16Matmul() {
+  const CpuInfo& cpu = DetectCpu();
+  return cpu.avx512f && cpu.avx512bw && cpu.avx512vl;
+}
+
+int DefaultCpuThreads() { return std::max(1, DetectCpu().usable_cpus); }
 
 CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
     : model_(model),
@@ -48,6 +53,11 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
     return absl::InvalidArgumentError("CPU backend options: threads, kv_block_tokens, max_sequences and "
                                       "bf16_min_rows must not be negative");
   }
+  // oneDNN has bf16 matmuls only from AVX-512 on (emulated without AVX-512 BF16).
+  if (!CpuHasBf16Matmul() && (options.precision == CpuPrecision::kBf16 || options.bf16_min_rows > 0)) {
+    return absl::UnimplementedError(absl::StrCat("bf16 matrix products need a CPU with AVX-512; this one has: ",
+                                                 DetectCpu().FeatureList()));
+  }
   auto backend = std::unique_ptr<CpuBackend>(new CpuBackend(model, options));
   HETERO_RETURN_IF_ERROR(backend->Init());
   return backend;
@@ -62,8 +72,11 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
       return MakeOneDnnLinear(dnnl_, tensor, MatmulPrecision::kBf16);
     case CpuPrecision::kAuto:
       if (QuantizedWeights::Supports(tensor.type)) {
-        const int min_rows = options_.bf16_min_rows > 0 ? options_.bf16_min_rows
-                                                        : (QuantMatmulUsesAvx512() ? kNeverBf16 : 8);
+        // Prompts go through bf16 oneDNN only where that beats the integer kernels: a CPU
+        // with native AVX-512 BF16 but no VNNI. Elsewhere the native kernels take every batch
+        // (oneDNN has no bf16 matmul at all below AVX-512).
+        const bool bf16_prompts = !QuantMatmulUsesAvx512() && bf16_cpu;
+        const int min_rows = options_.bf16_min_rows > 0 ? options_.bf16_min_rows : (bf16_prompts ? 8 : kNeverBf16);
         HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Linear> linear, MakeQuantLinear(dnnl_, tensor, min_rows));
         // The packed copy is all the kernels read: let the kernel drop the file's pages of
         // this matrix from our resident set (they come back from the page cache if read).
@@ -240,6 +253,9 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   const int kvd = c.n_kv_heads * c.head_dim;
   const int F = c.n_ff;
   Workspace& w = ws_;
+  // OpenMP's thread count is per calling thread: set it on whichever thread runs us, or
+  // a worker thread's parallel regions would use every CPU the process can see.
+  omp_set_num_threads(options_.threads);
   w.x.resize(static_cast<size_t>(T) * E);
   w.h.resize(static_cast<size_t>(T) * E);
   w.q.resize(static_cast<size_t>(T) * qd);

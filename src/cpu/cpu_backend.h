@@ -29,9 +29,11 @@ enum class CpuPrecision {
 // The thread count measured best here: every logical CPU (on the 2-vCPU development
 // machine, 2 threads beat 1 for both prefill and decode; docs/PERFORMANCE.md).
 int DefaultCpuThreads();
+// Whether oneDNN can multiply in bf16 on this CPU (AVX-512 and up).
+bool CpuHasBf16Matmul();
 
 struct CpuBackendOptions {
-  int threads = DefaultCpuThreads();  // OpenMP threads for all this backend runs (process-wide)
+  int threads = DefaultCpuThreads();  // OpenMP threads for this backend's work (set on each thread that calls it)
   CpuPrecision precision = CpuPrecision::kAuto;
   int max_sequences = 8;
   int kv_block_tokens = 16;
@@ -40,8 +42,9 @@ struct CpuBackendOptions {
   int kv_capacity_tokens = 0;
   // Prompt chunks of at least this many rows use the bf16 GEMM path for native weights.
   // 0: automatic. Where the AVX-512 VNNI kernels run, never: they beat the bf16 GEMM at
-  // every prompt length measured (docs/PERFORMANCE.md). Elsewhere 8 rows, a guess made for
-  // the slow portable kernels that has not been measured on such a CPU.
+  // every prompt length measured (docs/PERFORMANCE.md). On a CPU with AVX-512 BF16 but no
+  // VNNI, 8 rows (not measured: no such CPU here). Without AVX-512, never: oneDNN has no
+  // bf16 matmul there, and setting this is an error.
   int bf16_min_rows = 0;
 };
 

@@ -1,14 +1,27 @@
 #include "src/cpu/cpu_features.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "oneapi/dnnl/dnnl.hpp"
+#include "src/runtime/log_internal.h"
 
 namespace hetero {
 namespace {
@@ -83,10 +96,81 @@ CpuInfo Detect() {
 
 #endif
 
+
+// HETERO_CPU_ISA caps what the kernels may use, so the fallback paths of a machine
+// without AVX-512 can be run (and tested) on one with it; oneDNN is capped to match.
+CpuInfo ApplyIsaCap(CpuInfo info) {
+  const char* env = std::getenv("HETERO_CPU_ISA");
+  if (env == nullptr || *env == '\0') return info;
+  const std::string cap = absl::AsciiStrToLower(env);
+  dnnl::cpu_isa dnnl_cap = dnnl::cpu_isa::all;
+  if (cap == "avx2") {
+    dnnl_cap = dnnl::cpu_isa::avx2;
+  } else if (cap == "baseline" || cap == "sse41") {
+    dnnl_cap = dnnl::cpu_isa::sse41;
+    info.avx2 = info.fma = info.f16c = false;
+  } else if (cap != "avx512" && cap != "native") {
+    internal::Log(LogLevel::kWarning,
+                  absl::StrCat("HETERO_CPU_ISA='", env, "' is not one of avx512, avx2, baseline; ignored"));
+    return info;
+  }
+  if (cap != "avx512" && cap != "native") {
+    info.avx512f = info.avx512bw = info.avx512vl = info.avx512_vnni = info.avx512_bf16 = false;
+    info.amx_tile = info.amx_bf16 = info.amx_int8 = false;
+    try {
+      dnnl::set_max_cpu_isa(dnnl_cap);
+    } catch (const dnnl::error& e) {
+      internal::Log(LogLevel::kWarning,
+                    absl::StrCat("HETERO_CPU_ISA: oneDNN was already in use, its ISA is not capped (", e.what(), ")"));
+    }
+  }
+  return info;
+}
+
 }  // namespace
 
+// The CPUs a container may use: cgroup v2 cpu.max ("max 100000" or "200000 100000"), or
+// v1's cfs quota and period; 0 when there is no quota.
+int CgroupCpuQuota() {
+  auto read = [](const char* path) {
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text;
+  };
+  double quota = -1, period = 0;
+  const std::string v2 = read("/sys/fs/cgroup/cpu.max");
+  if (!v2.empty()) {
+    std::istringstream fields(v2);
+    std::string q;
+    fields >> q >> period;
+    if (q != "max") quota = std::atof(q.c_str());
+  } else {
+    const std::string q = read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us");
+    const std::string p = read("/sys/fs/cgroup/cpu/cpu.cfs_period_us");
+    if (!q.empty() && !p.empty()) {
+      quota = std::atof(q.c_str());
+      period = std::atof(p.c_str());
+    }
+  }
+  if (quota <= 0 || period <= 0) return 0;
+  return std::max(1, static_cast<int>(std::ceil(quota / period)));
+}
+
+int UsableCpus(int logical) {
+  int usable = logical;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) usable = CPU_COUNT(&set);
+  if (const int quota = CgroupCpuQuota(); quota > 0) usable = std::min(usable, quota);
+  return std::max(1, usable);
+}
+
 const CpuInfo& DetectCpu() {
-  static const CpuInfo info = Detect();
+  static const CpuInfo info = [] {
+    CpuInfo detected = ApplyIsaCap(Detect());
+    detected.usable_cpus = UsableCpus(detected.logical_cpus);
+    return detected;
+  }();
   return info;
 }
 

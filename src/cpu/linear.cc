@@ -168,9 +168,13 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx
   HETERO_ASSIGN_OR_RETURN(auto shape, MatrixShape(tensor));
   const auto [n, k] = shape;
   try {
-    auto pd = MatmulDesc(ctx.engine, n, k, Type::bf16, memory::desc({k, n}, Type::bf16, Tag::ba));
+    // Only built when used: CPUs without AVX-512 have no bf16 matmul in oneDNN.
+    dnnl::matmul bf16_primitive;
+    if (bf16_min_rows != kNeverBf16) {
+      bf16_primitive = dnnl::matmul(MatmulDesc(ctx.engine, n, k, Type::bf16, memory::desc({k, n}, Type::bf16, Tag::ba)));
+    }
     return std::unique_ptr<Linear>(new QuantLinear(ctx, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data()),
-                                                   bf16_min_rows, dnnl::matmul(pd)));
+                                                   bf16_min_rows, std::move(bf16_primitive)));
   } catch (const dnnl::error& e) {
     return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));
   }

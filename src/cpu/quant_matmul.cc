@@ -43,9 +43,22 @@ bool HaveAvx512Vnni() {
   return have;
 }
 
+bool HaveAvx2() {
+  static const bool have = [] {
+    const CpuInfo& cpu = DetectCpu();
+    return cpu.avx2 && cpu.fma;
+  }();
+  return have;
+}
+
 }  // namespace
 
 bool QuantMatmulUsesAvx512() { return HaveAvx512Vnni(); }
+
+const char* QuantMatmulKernelName() {
+  if (HaveAvx512Vnni()) return "avx512-vnni";
+  return HaveAvx2() ? "avx2" : "portable";
+}
 
 bool QuantizedWeights::Supports(TensorType type) {
   return type == TensorType::kQ4_0 || type == TensorType::kQ4_1 || type == TensorType::kQ8_0;
@@ -209,6 +222,7 @@ void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end,
 
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
   const bool simd = HaveAvx512Vnni();
+  const bool avx2 = !simd && HaveAvx2();
   const int n = w.n;
   const int rows = a.rows;
   // Outputs are split over threads; each thread streams its own weight rows once and
@@ -231,6 +245,8 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
   for (int j = 0; j < n; ++j) {
     if (simd) {
       internal::QuantRowsAvx512(w, j, a, y, ldy);
+    } else if (avx2) {
+      internal::QuantRowsAvx2(w, j, a, y, ldy);
     } else {
       for (int m = 0; m < rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
     }

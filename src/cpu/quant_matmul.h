@@ -2,7 +2,7 @@
 // bandwidth decides speed: the weights are read in their file format (Q4_0, Q4_1, Q8_0 —
 // 4.5 to 8.5 bits per weight instead of 16 for bf16), activations are quantized to int8 per
 // 32-element block, and the blocks meet in integer dot products (AVX-512 VNNI vpdpbusd where
-// the CPU has it, portable C++ otherwise).
+// the CPU has it, AVX2 vpmaddubsw where it has that, portable C++ otherwise).
 #ifndef HETERO_CPU_QUANT_MATMUL_H_
 #define HETERO_CPU_QUANT_MATMUL_H_
 
@@ -76,6 +76,8 @@ void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end,
 
 // Whether the AVX-512 VNNI kernels are in use on this CPU.
 bool QuantMatmulUsesAvx512();
+// Which kernel QuantMatmul runs here: "avx512-vnni", "avx2" or "portable".
+const char* QuantMatmulKernelName();
 
 namespace internal {
 // The portable kernels, also the reference the SIMD ones are tested against.
@@ -89,6 +91,9 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
 // Outputs [16 g, 16 g + 16) for every activation row m, from the packed tiles.
 void QuantGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
+// AVX2 version of QuantDotPortable over all activation rows (only call when the CPU has
+// avx2 and fma); reads `blocks`, no packed copy.
+void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
 void DequantizeRowsToBf16Portable(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 void DequantizeRowsToBf16Avx512(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 }  // namespace internal
