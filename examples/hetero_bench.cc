@@ -30,7 +30,11 @@
 #include "hetero/version.h"
 #include "hetero/devices.h"
 #include "hetero/engine.h"
+#include "absl/strings/str_split.h"
 #include "src/cpu/cpu_backend.h"
+#include "src/gpu/cuda_backend.h"
+#include "src/gpu/cuda_module_abi.h"
+#include "src/runtime/cuda_module_loader.h"
 
 namespace {
 
@@ -54,6 +58,35 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 // N sessions through one engine, each generating `gen` tokens (end-of-generation
 // ignored) after a short prompt; aggregate decode tokens/s against one session alone.
+// Host<->device copy bandwidth through the CUDA module: pinned and pageable host memory,
+// a plain cudaMemcpyAsync loop per size.
+int RunTransfer(bool json) {
+  const hetero::CudaInfo& cuda = hetero::QueryDevices().cuda;
+  if (!cuda.available) return Fail("--transfer needs a GPU: " + cuda.notice);
+  auto measure = reinterpret_cast<hetero_cuda_measure_bandwidth_fn>(
+      hetero::CudaModuleSymbol(HETERO_CUDA_MEASURE_BANDWIDTH_SYMBOL));
+  if (measure == nullptr) return Fail("the CUDA module lacks the bandwidth entry point");
+  nlohmann::json rows = nlohmann::json::array();
+  if (!json) std::printf("%-10s %-9s %12s %12s\n", "bytes", "host", "h2d GB/s", "d2h GB/s");
+  for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{16} << 20, uint64_t{256} << 20}) {
+    for (int pinned : {1, 0}) {
+      double h2d = 0, d2h = 0;
+      char message[512] = {};
+      const int reps = bytes >= (uint64_t{256} << 20) ? 5 : 20;
+      if (measure(0, bytes, reps, pinned, &h2d, &d2h, message, sizeof message) != HETERO_CUDA_OK) {
+        return Fail(std::string("bandwidth: ") + message);
+      }
+      rows.push_back({{"bytes", bytes}, {"pinned", pinned != 0}, {"h2d_gb_s", h2d}, {"d2h_gb_s", d2h}});
+      if (!json) {
+        std::printf("%-10llu %-9s %12.2f %12.2f\n", static_cast<unsigned long long>(bytes),
+                    pinned ? "pinned" : "pageable", h2d, d2h);
+      }
+    }
+  }
+  if (json) std::printf("%s\n", rows.dump(2).c_str());
+  return 0;
+}
+
 int RunSessions(const std::string& model_path, int sessions, int gen, int threads, int reps, bool json) {
   hetero::EngineOptions options;
   options.threads = threads;
@@ -129,6 +162,8 @@ int main(int argc, char** argv) {
   bool calibrate = false;
   bool gen_given = false;
   int sessions = 0;
+  bool transfer = false;
+  std::vector<int> batches;
   std::string profile_path = "hetero-profile.json";
   hetero::bench::AgenticOptions agentic;
   for (int i = 1; i < argc; ++i) {
@@ -173,11 +208,21 @@ int main(int argc, char** argv) {
       std::string& field = a == "--agentic" ? agentic.suite : a == "--policy" ? agentic.policy
                          : a == "--plot"    ? agentic.plot : agentic.facts;
       field = argv[++i];
+    } else if (a == "--transfer") {
+      transfer = true;
+    } else if (a == "--batch") {
+      if (i + 1 >= argc) return Fail("--batch needs a list such as 1,8,32");
+      for (absl::string_view part : absl::StrSplit(argv[++i], ',')) {
+        int b = 0;
+        if (!absl::SimpleAtoi(part, &b) || b < 1) return Fail("--batch needs positive integers, got '" + std::string(part) + "'");
+        batches.push_back(b);
+      }
     } else if (a == "--limit") {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--json]\n"
+                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]\n"
+                  "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n");
       return 0;
@@ -191,7 +236,12 @@ int main(int argc, char** argv) {
     if (gen_given) agentic.max_tokens = gen;
     return hetero::bench::RunAgenticBench(agentic);
   }
-  if (device != "cpu") return Fail("device '" + device + "' is not available in this build (cpu only)");
+  if (transfer) return RunTransfer(json);
+  if (device != "cpu" && device != "gpu") return Fail("unknown device '" + device + "' (cpu or gpu)");
+  if (device == "gpu" && (sessions > 0 || calibrate)) return Fail("--sessions and --calibrate run on the cpu");
+  if (device == "gpu" && !hetero::QueryDevices().cuda.available) {
+    return Fail("device 'gpu' is not available: " + hetero::QueryDevices().cuda.notice);
+  }
   if (sessions > 0 && !calibrate) return RunSessions(model_path, sessions, gen, threads, reps, json);
   if (threads < 1 || reps < 1) return Fail("-t and -r must be at least 1");
   hetero::CpuBackendOptions options;
@@ -208,10 +258,24 @@ int main(int argc, char** argv) {
   if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
   auto model = hetero::Model::Load(*resolved);
   if (!model.ok()) return Fail(std::string(model.status().message()));
-  options.kv_capacity_tokens = std::max(prompt, gen) + 16;
-  auto backend = hetero::CpuBackend::Create(**model, options);
-  if (!backend.ok()) return Fail(std::string(backend.status().message()));
-  hetero::CpuBackend& b = **backend;
+  const int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
+  const int kv_tokens = std::max(prompt, 8) + std::max(max_batch, 8) * (gen + 16);
+  std::unique_ptr<hetero::Backend> backend_owner;
+  if (device == "gpu") {
+    hetero::CudaBackendOptions gpu_options;
+    gpu_options.kv_capacity_tokens = kv_tokens;
+    gpu_options.max_sequences = std::max(64, max_batch);
+    auto backend = hetero::CudaBackend::Create(**model, gpu_options);
+    if (!backend.ok()) return Fail(std::string(backend.status().message()));
+    backend_owner = std::move(*backend);
+  } else {
+    options.kv_capacity_tokens = kv_tokens;
+    options.max_sequences = std::max(options.max_sequences, max_batch);
+    auto backend = hetero::CpuBackend::Create(**model, options);
+    if (!backend.ok()) return Fail(std::string(backend.status().message()));
+    backend_owner = std::move(*backend);
+  }
+  hetero::Backend& b = *backend_owner;
   const int V = b.vocab_size();
   std::mt19937 rng(42);
   std::vector<float> logits(V);
@@ -246,6 +310,40 @@ int main(int argc, char** argv) {
       b.FreeSequence(id);
     }
   }
+  // Batched decode: `batch` sequences advanced together, gen steps each, after a short
+  // prompt per sequence; aggregate tokens per second.
+  std::vector<std::pair<int, std::vector<double>>> batch_rates;
+  for (int batch : batches) {
+    std::vector<double> rates;
+    for (int rep = 0; rep < reps + 1; ++rep) {
+      std::vector<hetero::SequenceId> seqs;
+      std::vector<int32_t> tokens(batch);
+      std::vector<float> batch_logits(static_cast<size_t>(batch) * V);
+      for (int i = 0; i < batch; ++i) {
+        auto seq = b.NewSequence();
+        if (!seq.ok()) return Fail(std::string(seq.status().message()));
+        seqs.push_back(*seq);
+        std::vector<int32_t> start(8);
+        for (int32_t& t : start) t = static_cast<int32_t>(rng() % V);
+        absl::Status s = b.Prefill(*seq, start, absl::MakeSpan(logits));
+        if (!s.ok()) return Fail(std::string(s.message()));
+        tokens[i] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      const auto start = std::chrono::steady_clock::now();
+      for (int step = 0; step < gen; ++step) {
+        absl::Status s = b.Decode(seqs, tokens, absl::MakeSpan(batch_logits));
+        if (!s.ok()) return Fail(std::string(s.message()));
+        for (int i = 0; i < batch; ++i) {
+          const float* row = batch_logits.data() + static_cast<size_t>(i) * V;
+          tokens[i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+        }
+      }
+      const auto end = std::chrono::steady_clock::now();
+      if (rep > 0) rates.push_back(static_cast<double>(batch) * gen / Seconds(start, end));
+      for (auto s : seqs) b.FreeSequence(s);
+    }
+    batch_rates.emplace_back(batch, std::move(rates));
+  }
   const hetero::BackendInfo& info = b.info();
   nlohmann::json out;
   out["model"] = *resolved;
@@ -267,6 +365,7 @@ int main(int argc, char** argv) {
   };
   report(absl::StrFormat("pp%d", prompt), pp_rates);
   report(absl::StrFormat("tg%d", gen), tg_rates);
+  for (const auto& [batch, rates] : batch_rates) report(absl::StrFormat("tg%d_b%d", gen, batch), rates);
   if (json) std::printf("%s\n", out.dump(2).c_str());
   if (calibrate) {
     // Batched decode at 8 sequences for the scheduler's sharing model.

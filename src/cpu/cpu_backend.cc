@@ -196,7 +196,7 @@ absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
   SavedSequence saved;
   saved.tokens = length;
   const std::vector<int32_t>& blocks = kv_.Blocks(seq);
-  saved.data.resize(blocks.size() * kv_block_floats_);
+  HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(blocks.size() * kv_block_floats_));
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::copy_n(KvBlock(blocks[i]), kv_block_floats_, saved.data.data() + i * kv_block_floats_);
   }

@@ -19,6 +19,8 @@ class Rope {
  public:
   explicit Rope(const ModelConfig& config, std::vector<float> freq_factors = {});
   void Apply(float* x, int rows, int heads, const int32_t* positions) const;
+  // The angle per position of each rotated pair (the CUDA backend rotates with these too).
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
 
  private:
   int head_dim_;

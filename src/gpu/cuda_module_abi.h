@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 1
+#define HETERO_CUDA_MODULE_ABI_VERSION 2
 
 /* Outcome of a probe. */
 enum {
@@ -44,6 +44,114 @@ typedef void (*hetero_cuda_module_probe_fn)(hetero_cuda_probe_result* result,
 
 #define HETERO_CUDA_MODULE_ABI_VERSION_SYMBOL "hetero_cuda_module_abi_version"
 #define HETERO_CUDA_MODULE_PROBE_SYMBOL "hetero_cuda_module_probe"
+
+/* ---- The model runtime (ABI 2). libhetero prepares every tensor on the host (it owns the
+ * GGUF reader and the dequantizers) and the module uploads them once. Sequences and their
+ * KV block tables live in libhetero; the module owns the device KV pool, whose blocks have
+ * the CPU backend's layout ([layer][k|v][kv head][slot][dim], float32), so a block copied
+ * from one device is valid on the other. */
+
+/* Result codes of the model functions; a message is written on failure. */
+enum {
+  HETERO_CUDA_OK = 0,
+  HETERO_CUDA_INVALID_ARGUMENT = 1,
+  HETERO_CUDA_OUT_OF_MEMORY = 2,
+  HETERO_CUDA_DEVICE_ERROR = 3
+};
+
+/* Weight formats the module reads. Quantized blocks are used as stored in GGUF (ggml type
+ * ids); every matrix also comes as float16 for the cuBLAS prompt path. */
+enum {
+  HETERO_CUDA_WEIGHTS_F16 = 1, /* only the float16 copy */
+  HETERO_CUDA_WEIGHTS_Q4_0 = 2,
+  HETERO_CUDA_WEIGHTS_Q4_1 = 3,
+  HETERO_CUDA_WEIGHTS_Q8_0 = 8
+};
+
+typedef struct hetero_cuda_matrix {
+  int32_t format;        /* HETERO_CUDA_WEIGHTS_* */
+  int32_t rows;          /* outputs */
+  int32_t cols;          /* inputs, a multiple of 32 */
+  const void* blocks;    /* quantized blocks, rows * row_bytes (NULL for F16) */
+  uint64_t blocks_bytes;
+  const uint16_t* f16;   /* rows x cols float16, row-major */
+} hetero_cuda_matrix;
+
+typedef struct hetero_cuda_layer {
+  const float* attn_norm; /* n_embd */
+  const float* ffn_norm;
+  const float* q_bias;    /* NULL without attention biases */
+  const float* k_bias;
+  const float* v_bias;
+  hetero_cuda_matrix q, k, v, o, gate, up, down;
+} hetero_cuda_layer;
+
+typedef struct hetero_cuda_model_desc {
+  int32_t n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_ff, n_vocab, context_length;
+  int32_t rope_dim;       /* rotated dimensions per head */
+  int32_t rope_neox;      /* 1: pairs (i, i + rope_dim / 2); 0: pairs (2i, 2i + 1) */
+  const double* rope_inv_freq; /* rope_dim / 2 angles per position, scaling folded in */
+  float rms_norm_eps;
+  int32_t kv_block_tokens;
+  int32_t kv_blocks;      /* device KV pool size in blocks */
+  int32_t max_rows;       /* most tokens in one forward pass */
+  int32_t device;         /* CUDA device index */
+  const uint16_t* token_embd_f16; /* n_vocab x n_embd */
+  const float* output_norm;
+  hetero_cuda_matrix output;
+  const hetero_cuda_layer* layers; /* n_layers */
+} hetero_cuda_model_desc;
+
+/* One forward pass over `n_rows` tokens of one or more sequences. Row r appends tokens[r]
+ * at positions[r] to sequence seq_of_row[r]; its keys are positions 0..positions[r] found
+ * through block_tables[seq_of_row[r] * table_stride + position / kv_block_tokens]. Logits
+ * (n_vocab floats each) are written for rows logit_rows[0..n_logit_rows). */
+typedef struct hetero_cuda_forward_args {
+  int32_t n_rows;
+  const int32_t* tokens;
+  const int32_t* positions;
+  const int32_t* seq_of_row;
+  int32_t n_seqs;
+  const int32_t* block_tables;
+  int32_t table_stride;
+  int32_t n_logit_rows;
+  const int32_t* logit_rows;
+  float* logits;
+} hetero_cuda_forward_args;
+
+typedef struct hetero_cuda_model hetero_cuda_model;
+
+typedef int32_t (*hetero_cuda_model_create_fn)(const hetero_cuda_model_desc* desc, hetero_cuda_model** model,
+                                                char* message, size_t message_size);
+typedef void (*hetero_cuda_model_destroy_fn)(hetero_cuda_model* model);
+typedef int32_t (*hetero_cuda_model_forward_fn)(hetero_cuda_model* model, const hetero_cuda_forward_args* args,
+                                                 char* message, size_t message_size);
+/* Copies whole KV blocks between the device pool and host memory (to_host: 1 device to
+ * host, 0 host to device), `host` holding n_blocks blocks back to back. Pinned host memory
+ * (hetero_cuda_host_alloc) is copied asynchronously on the module's copy stream. */
+typedef int32_t (*hetero_cuda_model_copy_kv_fn)(hetero_cuda_model* model, int32_t to_host, const int32_t* blocks,
+                                                 int32_t n_blocks, float* host, char* message, size_t message_size);
+/* Device memory the model holds (weights + KV pool + scratch), bytes. */
+typedef uint64_t (*hetero_cuda_model_device_bytes_fn)(const hetero_cuda_model* model);
+
+/* Page-locked host memory (cudaHostAlloc), for the transfer layer's pool. */
+typedef int32_t (*hetero_cuda_host_alloc_fn)(uint64_t bytes, void** out, char* message, size_t message_size);
+typedef void (*hetero_cuda_host_free_fn)(void* p);
+/* Host<->device bandwidth over `bytes` copied `repetitions` times each way from pinned (or,
+ * with pinned = 0, pageable) host memory, GB/s; also a plain cudaMemcpyAsync loop baseline. */
+typedef int32_t (*hetero_cuda_measure_bandwidth_fn)(int32_t device, uint64_t bytes, int32_t repetitions,
+                                                     int32_t pinned, double* host_to_device_gb_s,
+                                                     double* device_to_host_gb_s, char* message,
+                                                     size_t message_size);
+
+#define HETERO_CUDA_MODEL_CREATE_SYMBOL "hetero_cuda_model_create"
+#define HETERO_CUDA_MODEL_DESTROY_SYMBOL "hetero_cuda_model_destroy"
+#define HETERO_CUDA_MODEL_FORWARD_SYMBOL "hetero_cuda_model_forward"
+#define HETERO_CUDA_MODEL_COPY_KV_SYMBOL "hetero_cuda_model_copy_kv"
+#define HETERO_CUDA_MODEL_DEVICE_BYTES_SYMBOL "hetero_cuda_model_device_bytes"
+#define HETERO_CUDA_HOST_ALLOC_SYMBOL "hetero_cuda_host_alloc"
+#define HETERO_CUDA_HOST_FREE_SYMBOL "hetero_cuda_host_free"
+#define HETERO_CUDA_MEASURE_BANDWIDTH_SYMBOL "hetero_cuda_measure_bandwidth"
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "hetero/transfer.h"
 
 namespace hetero {
 
@@ -28,11 +29,12 @@ struct BackendInfo {
 
 using SequenceId = int32_t;
 
-// A sequence's KV cache copied to host memory (swap-out while its task waits on a tool).
-// The layout is the backend's own; only the backend that made it reads it.
+// A sequence's KV cache copied to host memory (swap-out while its task waits on a tool, or
+// a CPU prefill on its way to the GPU). The CPU and CUDA backends share one block layout,
+// so either reads what the other saved (the KV handoff).
 struct SavedSequence {
   int tokens = 0;
-  std::vector<float> data;
+  HostBuffer data;  // pinned where a GPU is present (include/hetero/transfer.h)
 };
 
 // Tokens to append to one sequence in a batched step.

@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string_view>
@@ -32,7 +34,15 @@ std::string OwnDirectory() {
   return p.parent_path().string();
 }
 
+// The module QueryDevices() loaded with a usable device; set once, under its call_once.
+std::atomic<void*> g_usable_module{nullptr};
+
 }  // namespace
+
+void* CudaModuleSymbol(const char* name) {
+  void* handle = g_usable_module.load();
+  return handle == nullptr ? nullptr : dlsym(handle, name);
+}
 
 std::vector<std::string> CudaModuleCandidates() {
   std::vector<std::string> out;
@@ -125,6 +135,7 @@ CudaInfo LoadCudaModuleAndProbe() {
       }
       info.available = !info.devices.empty();
       info.notice = result.message;
+      if (info.available) g_usable_module.store(handle);
       break;
     case HETERO_CUDA_PROBE_NO_DEVICE:
       info.notice = absl::StrCat("no CUDA device (", result.message, "); running on the CPU only");

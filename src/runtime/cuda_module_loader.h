@@ -14,6 +14,10 @@ namespace hetero {
 // $HETERO_DISABLE_CUDA=1 skips the module. Never fails: problems land in `notice`.
 CudaInfo LoadCudaModuleAndProbe();
 
+// A symbol of the module QueryDevices() loaded, or null when no module with a usable device
+// was loaded (or it lacks the symbol).
+void* CudaModuleSymbol(const char* name);
+
 // Candidate paths in search order (exposed for tests).
 std::vector<std::string> CudaModuleCandidates();
 

@@ -22,6 +22,7 @@ class KvBlockTable {
   SequenceId NewSequence();
   void FreeSequence(SequenceId seq);
   bool Contains(SequenceId seq) const { return sequences_.contains(seq); }
+  int live_sequences() const { return static_cast<int>(sequences_.size()); }
   absl::StatusOr<int> Length(SequenceId seq) const;
 
   // Makes room for `n` more tokens: OutOfRange past the context length,

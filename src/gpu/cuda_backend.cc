@@ -1,0 +1,434 @@
+#include "src/gpu/cuda_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "hetero/devices.h"
+#include "src/cpu/cpu_ops.h"
+#include "src/gpu/cuda_module_abi.h"
+#include "src/runtime/cuda_module_loader.h"
+#include "src/runtime/dequantize.h"
+#include "src/runtime/fp16.h"
+#include "src/runtime/model_impl.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+
+struct CudaBackend::Api {
+  hetero_cuda_model_create_fn create = nullptr;
+  hetero_cuda_model_destroy_fn destroy = nullptr;
+  hetero_cuda_model_forward_fn forward = nullptr;
+  hetero_cuda_model_copy_kv_fn copy_kv = nullptr;
+  hetero_cuda_model_device_bytes_fn device_bytes = nullptr;
+};
+
+namespace {
+
+absl::Status ModuleStatus(int32_t code, const char* what, const char* message) {
+  const std::string text = absl::StrCat("CUDA backend: ", what, ": ", message);
+  switch (code) {
+    case HETERO_CUDA_OK:
+      return absl::OkStatus();
+    case HETERO_CUDA_INVALID_ARGUMENT:
+      return absl::InvalidArgumentError(text);
+    case HETERO_CUDA_OUT_OF_MEMORY:
+      return absl::ResourceExhaustedError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+// A matrix as the module takes it: its float16 copy, plus its blocks where a GEMV reads them.
+struct PreparedMatrix {
+  std::vector<uint16_t> f16;
+  hetero_cuda_matrix view{};
+};
+
+absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::string_view name) {
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+  if (t->dims.size() != 2) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is not a matrix"));
+  PreparedMatrix m;
+  const int64_t cols = t->dims[0], rows = t->dims[1];
+  std::vector<float> f32(static_cast<size_t>(rows * cols));
+  HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(f32)));
+  m.f16.resize(f32.size());
+  for (size_t i = 0; i < f32.size(); ++i) m.f16[i] = Fp32ToFp16(f32[i]);
+  m.view.rows = static_cast<int32_t>(rows);
+  m.view.cols = static_cast<int32_t>(cols);
+  m.view.f16 = m.f16.data();
+  switch (t->type) {
+    case TensorType::kQ4_0:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q4_0;
+      break;
+    case TensorType::kQ4_1:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q4_1;
+      break;
+    case TensorType::kQ8_0:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q8_0;
+      break;
+    default:
+      m.view.format = HETERO_CUDA_WEIGHTS_F16;
+  }
+  if (m.view.format != HETERO_CUDA_WEIGHTS_F16) {
+    m.view.blocks = t->data.data();
+    m.view.blocks_bytes = t->data.size();
+  }
+  return m;
+}
+
+absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name) {
+  const GgufTensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+  std::vector<float> v(t->n_elements);
+  HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(v)));
+  return v;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options)
+    : model_(model),
+      config_(model.config()),
+      options_(options),
+      api_(std::make_unique<Api>()),
+      kv_(options.kv_block_tokens,
+          ((options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * model.config().context_length) +
+           options.kv_block_tokens - 1) / options.kv_block_tokens,
+          model.config().context_length) {}
+
+CudaBackend::~CudaBackend() {
+  if (device_model_ != nullptr) api_->destroy(device_model_);
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& model, const CudaBackendOptions& options) {
+  if (options.device < 0 || options.max_sequences < 1 || options.kv_block_tokens < 1 || options.kv_capacity_tokens < 0 ||
+      options.max_rows_per_pass < 1) {
+    return absl::InvalidArgumentError("CUDA backend options: device, max_sequences, kv_block_tokens and "
+                                      "max_rows_per_pass must be positive");
+  }
+  const CudaInfo& cuda = QueryDevices().cuda;
+  if (!cuda.available) return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", cuda.notice));
+  if (options.device >= static_cast<int>(cuda.devices.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (",
+                                                   cuda.devices.size(), " found)"));
+  }
+  auto backend = std::unique_ptr<CudaBackend>(new CudaBackend(model, options));
+  HETERO_RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+absl::Status CudaBackend::Init() {
+  Api& api = *api_;
+  api.create = reinterpret_cast<hetero_cuda_model_create_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_CREATE_SYMBOL));
+  api.destroy = reinterpret_cast<hetero_cuda_model_destroy_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_DESTROY_SYMBOL));
+  api.forward = reinterpret_cast<hetero_cuda_model_forward_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_FORWARD_SYMBOL));
+  api.copy_kv = reinterpret_cast<hetero_cuda_model_copy_kv_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_COPY_KV_SYMBOL));
+  api.device_bytes =
+      reinterpret_cast<hetero_cuda_model_device_bytes_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_DEVICE_BYTES_SYMBOL));
+  if (api.create == nullptr || api.destroy == nullptr || api.forward == nullptr || api.copy_kv == nullptr ||
+      api.device_bytes == nullptr) {
+    return absl::UnavailableError("the CUDA module lacks the model entry points");
+  }
+  const ModelConfig& c = config_;
+  const GgufFile& file = *model_.impl().gguf;
+  std::vector<float> freq_factors;
+  if (c.has_rope_freq_factors) {
+    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadVector(file, "rope_freqs.weight"));
+  }
+  const Rope rope(c, std::move(freq_factors));
+
+  // Host copies live until the module has uploaded them.
+  const GgufTensorInfo* token_embd = file.FindTensor("token_embd.weight");
+  HETERO_ASSIGN_OR_RETURN(PreparedMatrix embd, PrepareMatrix(token_embd, "token_embd.weight"));
+  HETERO_ASSIGN_OR_RETURN(std::vector<float> output_norm, LoadVector(file, "output_norm.weight"));
+  PreparedMatrix output;
+  if (c.tied_embeddings) {
+    output = embd;
+    output.view.f16 = output.f16.data();
+  } else {
+    HETERO_ASSIGN_OR_RETURN(output, PrepareMatrix(file.FindTensor("output.weight"), "output.weight"));
+  }
+  struct HostLayer {
+    std::vector<float> attn_norm, ffn_norm, q_bias, k_bias, v_bias;
+    PreparedMatrix q, k, v, o, gate, up, down;
+  };
+  std::vector<HostLayer> host(c.n_layers);
+  std::vector<hetero_cuda_layer> layers(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = absl::StrCat("blk.", i, ".");
+    HostLayer& h = host[i];
+    HETERO_ASSIGN_OR_RETURN(h.attn_norm, LoadVector(file, p + "attn_norm.weight"));
+    HETERO_ASSIGN_OR_RETURN(h.ffn_norm, LoadVector(file, p + "ffn_norm.weight"));
+    if (c.attention_bias) {
+      HETERO_ASSIGN_OR_RETURN(h.q_bias, LoadVector(file, p + "attn_q.bias"));
+      HETERO_ASSIGN_OR_RETURN(h.k_bias, LoadVector(file, p + "attn_k.bias"));
+      HETERO_ASSIGN_OR_RETURN(h.v_bias, LoadVector(file, p + "attn_v.bias"));
+    }
+    const std::pair<PreparedMatrix*, const char*> matrices[] = {
+        {&h.q, "attn_q.weight"},    {&h.k, "attn_k.weight"},  {&h.v, "attn_v.weight"},     {&h.o, "attn_output.weight"},
+        {&h.gate, "ffn_gate.weight"}, {&h.up, "ffn_up.weight"}, {&h.down, "ffn_down.weight"}};
+    for (const auto& [dst, name] : matrices) {
+      HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(file.FindTensor(p + name), p + name));
+      dst->view.f16 = dst->f16.data();
+    }
+    hetero_cuda_layer& l = layers[i];
+    l.attn_norm = h.attn_norm.data();
+    l.ffn_norm = h.ffn_norm.data();
+    l.q_bias = h.q_bias.empty() ? nullptr : h.q_bias.data();
+    l.k_bias = h.k_bias.empty() ? nullptr : h.k_bias.data();
+    l.v_bias = h.v_bias.empty() ? nullptr : h.v_bias.data();
+    l.q = h.q.view;
+    l.k = h.k.view;
+    l.v = h.v.view;
+    l.o = h.o.view;
+    l.gate = h.gate.view;
+    l.up = h.up.view;
+    l.down = h.down.view;
+  }
+  hetero_cuda_model_desc d{};
+  d.n_layers = c.n_layers;
+  d.n_embd = c.n_embd;
+  d.n_heads = c.n_heads;
+  d.n_kv_heads = c.n_kv_heads;
+  d.head_dim = c.head_dim;
+  d.n_ff = c.n_ff;
+  d.n_vocab = c.n_vocab;
+  d.context_length = c.context_length;
+  d.rope_dim = c.rope_dim;
+  d.rope_neox = c.rope_style == RopeStyle::kNeox ? 1 : 0;
+  d.rope_inv_freq = rope.inv_freq().data();
+  d.rms_norm_eps = c.rms_norm_eps;
+  d.kv_block_tokens = options_.kv_block_tokens;
+  {
+    MutexLock lock(&mutex_);
+    d.kv_blocks = kv_.max_blocks();
+  }
+  d.max_rows = options_.max_rows_per_pass;
+  d.device = options_.device;
+  d.token_embd_f16 = embd.f16.data();
+  d.output_norm = output_norm.data();
+  d.output = output.view;
+  d.layers = layers.data();
+  char message[512] = {};
+  HETERO_RETURN_IF_ERROR(ModuleStatus(api.create(&d, &device_model_, message, sizeof message), "creating the model",
+                                      message));
+  kv_block_floats_ = static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_tokens * c.head_dim;
+
+  const CudaDeviceInfo& dev = QueryDevices().cuda.devices[options_.device];
+  info_.kind = DeviceKind::kCuda;
+  info_.name = absl::StrCat("cuda:", options_.device, " (", dev.name, ")");
+  info_.weight_format = absl::StrCat("native ", TensorTypeName(file.FindTensor("blk.0.attn_q.weight")->type),
+                                     " GEMV for decode, float16 cuBLAS for prompts");
+  info_.threads = 1;
+  info_.weight_bytes = api.device_bytes(device_model_);
+  info_.max_sequences = options_.max_sequences;
+  info_.max_context = c.context_length;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SequenceId> CudaBackend::NewSequence() {
+  MutexLock lock(&mutex_);
+  // Bounded so a caller leaking sequences fails loudly instead of exhausting the pool.
+  if (kv_.live_sequences() >= options_.max_sequences) {
+    return absl::ResourceExhaustedError(absl::StrCat("CUDA backend: ", options_.max_sequences,
+                                                     " sequences live, the maximum"));
+  }
+  return kv_.NewSequence();
+}
+
+void CudaBackend::FreeSequence(SequenceId seq) {
+  MutexLock lock(&mutex_);
+  if (kv_.Contains(seq)) kv_.FreeSequence(seq);
+}
+
+absl::StatusOr<int> CudaBackend::SequenceLength(SequenceId seq) const {
+  MutexLock lock(&mutex_);
+  return kv_.Length(seq);
+}
+
+absl::Status CudaBackend::TruncateSequence(SequenceId seq, int length) {
+  MutexLock lock(&mutex_);
+  return kv_.Truncate(seq, length);
+}
+
+int CudaBackend::kv_capacity_tokens() const {
+  MutexLock lock(&mutex_);
+  return kv_.max_blocks() * kv_.block_tokens();
+}
+
+int CudaBackend::kv_used_tokens() const {
+  MutexLock lock(&mutex_);
+  return kv_.used_tokens();
+}
+
+size_t CudaBackend::kv_bytes_per_token() const {
+  return kv_block_floats_ * sizeof(float) / static_cast<size_t>(options_.kv_block_tokens);
+}
+
+absl::StatusOr<SavedSequence> CudaBackend::SwapOut(SequenceId seq) {
+  MutexLock lock(&mutex_);
+  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
+  SavedSequence saved;
+  saved.tokens = length;
+  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
+  HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(blocks.size() * kv_block_floats_));
+  char message[512] = {};
+  HETERO_RETURN_IF_ERROR(ModuleStatus(api_->copy_kv(device_model_, 1, blocks.data(), static_cast<int32_t>(blocks.size()),
+                                                    saved.data.data(), message, sizeof message),
+                                      "copying KV to the host", message));
+  kv_.FreeSequence(seq);
+  return saved;
+}
+
+absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
+  MutexLock lock(&mutex_);
+  const size_t blocks_needed =
+      (static_cast<size_t>(saved.tokens) + options_.kv_block_tokens - 1) / options_.kv_block_tokens;
+  if (saved.tokens < 0 || saved.data.size() != blocks_needed * kv_block_floats_) {
+    return absl::InvalidArgumentError("SwapIn: saved KV does not match this backend's layout");
+  }
+  const SequenceId seq = kv_.NewSequence();
+  if (absl::Status s = kv_.Reserve(seq, saved.tokens); !s.ok()) {
+    kv_.FreeSequence(seq);
+    return s;
+  }
+  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
+  char message[512] = {};
+  absl::Status s = ModuleStatus(api_->copy_kv(device_model_, 0, blocks.data(), static_cast<int32_t>(blocks.size()),
+                                              const_cast<float*>(saved.data.data()), message, sizeof message),
+                                "copying KV to the device", message);
+  if (!s.ok()) {
+    kv_.FreeSequence(seq);
+    return s;
+  }
+  kv_.Advance(seq, saved.tokens);
+  return seq;
+}
+
+absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits) {
+  // Sequences in row order, each with its block table padded to a common stride.
+  std::vector<SequenceId> seqs;
+  std::vector<int32_t> seq_of_row(rows.size()), tokens(rows.size()), positions(rows.size());
+  int stride = 1;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (seqs.empty() || seqs.back() != rows[r].seq) seqs.push_back(rows[r].seq);
+    seq_of_row[r] = static_cast<int32_t>(seqs.size() - 1);
+    tokens[r] = rows[r].token;
+    positions[r] = rows[r].position;
+    if (rows[r].token < 0 || rows[r].token >= config_.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", rows[r].token, " is outside the vocabulary (0..",
+                                                     config_.n_vocab - 1, ")"));
+    }
+  }
+  for (SequenceId s : seqs) stride = std::max(stride, static_cast<int>(kv_.Blocks(s).size()));
+  std::vector<int32_t> tables(seqs.size() * stride, -1);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const std::vector<int32_t>& b = kv_.Blocks(seqs[i]);
+    std::copy(b.begin(), b.end(), tables.begin() + i * stride);
+  }
+  hetero_cuda_forward_args a{};
+  a.n_rows = static_cast<int32_t>(rows.size());
+  a.tokens = tokens.data();
+  a.positions = positions.data();
+  a.seq_of_row = seq_of_row.data();
+  a.n_seqs = static_cast<int32_t>(seqs.size());
+  a.block_tables = tables.data();
+  a.table_stride = stride;
+  a.n_logit_rows = static_cast<int32_t>(logit_rows.size());
+  a.logit_rows = logit_rows.data();
+  a.logits = logits;
+  char message[512] = {};
+  HETERO_RETURN_IF_ERROR(ModuleStatus(api_->forward(device_model_, &a, message, sizeof message), "forward", message));
+  for (const Row& r : rows) kv_.Advance(r.seq, 1);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
+  if (tokens.empty()) return absl::InvalidArgumentError("Prefill needs at least one token");
+  const SequenceChunk chunk{seq, tokens};
+  return Step({&chunk, 1}, logits);
+}
+
+absl::Status CudaBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                                 absl::Span<float> logits) {
+  if (seqs.size() != tokens.size() || seqs.empty()) {
+    return absl::InvalidArgumentError("Decode needs one token per sequence and at least one sequence");
+  }
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
+  return Step(chunks, logits);
+}
+
+absl::Status CudaBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) {
+  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
+  if (logits.size() < chunks.size() * config_.n_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
+                                                   chunks.size() * config_.n_vocab));
+  }
+  MutexLock lock(&mutex_);
+  std::vector<int> lengths;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " has no tokens"));
+    for (size_t j = 0; j < i; ++j) {
+      if (chunks[j].seq == chunks[i].seq) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", chunks[i].seq, " appears twice"));
+      }
+    }
+    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(chunks[i].seq));
+    lengths.push_back(length);
+  }
+  auto rollback = [&] {
+    for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i]).IgnoreError();
+  };
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (absl::Status s = kv_.Reserve(chunks[i].seq, static_cast<int>(chunks[i].tokens.size())); !s.ok()) {
+      rollback();
+      return s;
+    }
+  }
+  // Passes of at most max_rows_per_pass rows; each chunk's logits come from the pass
+  // holding its last token.
+  const int max_rows = options_.max_rows_per_pass;
+  std::vector<Row> rows;
+  std::vector<int> logit_rows;
+  std::vector<size_t> logit_chunks;
+  std::vector<float> pass_logits;
+  auto flush = [&]() -> absl::Status {
+    if (rows.empty()) return absl::OkStatus();
+    std::vector<int> out_rows = logit_rows;
+    if (out_rows.empty()) out_rows.push_back(static_cast<int>(rows.size()) - 1);  // the pass needs one
+    pass_logits.resize(out_rows.size() * config_.n_vocab);
+    HETERO_RETURN_IF_ERROR(Pass(rows, out_rows, pass_logits.data()));
+    for (size_t i = 0; i < logit_chunks.size(); ++i) {
+      std::copy_n(pass_logits.data() + i * config_.n_vocab, config_.n_vocab,
+                  logits.data() + logit_chunks[i] * config_.n_vocab);
+    }
+    rows.clear();
+    logit_rows.clear();
+    logit_chunks.clear();
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    for (size_t t = 0; t < chunks[i].tokens.size(); ++t) {
+      rows.push_back({chunks[i].seq, static_cast<int32_t>(lengths[i] + t), chunks[i].tokens[t]});
+      if (t + 1 == chunks[i].tokens.size()) {
+        logit_rows.push_back(static_cast<int>(rows.size()) - 1);
+        logit_chunks.push_back(i);
+      }
+      if (static_cast<int>(rows.size()) == max_rows) {
+        if (absl::Status s = flush(); !s.ok()) {
+          rollback();
+          return s;
+        }
+      }
+    }
+  }
+  if (absl::Status s = flush(); !s.ok()) {
+    rollback();
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hetero

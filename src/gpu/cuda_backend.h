@@ -1,0 +1,81 @@
+// The CUDA backend, libhetero's side: prepares the model's tensors on the host (float16
+// copies for cuBLAS, the GGUF blocks of Q4_0/Q4_1/Q8_0 for the decode GEMVs), hands them
+// to libhetero-cuda.so, keeps the sequences' KV block tables and drives forward passes
+// through the module's C interface. KV blocks have the CPU backend's layout, so a
+// sequence saved by one backend (SwapOut) continues on the other (SwapIn): the KV handoff.
+#ifndef HETERO_GPU_CUDA_BACKEND_H_
+#define HETERO_GPU_CUDA_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "hetero/model.h"
+#include "src/runtime/backend.h"
+#include "src/runtime/kv_cache.h"
+#include "src/runtime/sync.h"
+
+struct hetero_cuda_model;
+
+namespace hetero {
+
+struct CudaBackendOptions {
+  int device = 0;
+  int max_sequences = 64;
+  int kv_block_tokens = 16;     // must match the CPU backend's for handoff
+  int kv_capacity_tokens = 0;   // over all sequences; 0: four full contexts
+  int max_rows_per_pass = 512;  // longer prompts run in several passes
+};
+
+class CudaBackend : public Backend {
+ public:
+  // Unavailable (with the module's reason) where there is no usable GPU.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Model& model, const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  const BackendInfo& info() const override { return info_; }
+  int vocab_size() const override { return config_.n_vocab; }
+  absl::StatusOr<SequenceId> NewSequence() override;
+  void FreeSequence(SequenceId seq) override;
+  absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
+  absl::Status TruncateSequence(SequenceId seq, int length) override;
+  int kv_capacity_tokens() const override;
+  int kv_used_tokens() const override;
+  size_t kv_bytes_per_token() const override;
+  absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) override;
+  absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override;
+  absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
+  absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                      absl::Span<float> logits) override;
+  absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override;
+
+ private:
+  struct Row {
+    SequenceId seq;
+    int32_t position;
+    int32_t token;
+  };
+  struct Api;
+
+  CudaBackend(const Model& model, const CudaBackendOptions& options);
+  absl::Status Init();
+  // One pass of the module over `rows` (at most max_rows_per_pass), logits for `logit_rows`.
+  absl::Status Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
+  const Model& model_;
+  const ModelConfig& config_;
+  CudaBackendOptions options_;
+  BackendInfo info_;
+  std::unique_ptr<Api> api_;
+  hetero_cuda_model* device_model_ = nullptr;
+  size_t kv_block_floats_ = 0;
+
+  mutable Mutex mutex_;
+  KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_GPU_CUDA_BACKEND_H_

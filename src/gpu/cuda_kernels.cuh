@@ -1,0 +1,65 @@
+// The CUDA backend's own kernels: everything a transformer layer needs besides the cuBLAS
+// GEMMs of long prompts. Activations are float32 throughout; weights are read either as
+// their GGUF blocks (decode GEMVs, so decode moves as few bytes as the file holds) or as
+// float16 (cuBLAS, and GEMVs of formats with no block kernel).
+#ifndef HETERO_GPU_CUDA_KERNELS_CUH_
+#define HETERO_GPU_CUDA_KERNELS_CUH_
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hetero::gpu {
+
+// Rows a GEMV pass handles at once; larger batches take cuBLAS.
+inline constexpr int kMaxGemvRows = 8;
+// Warps per attention block (each walks every kAttentionWarps-th key).
+inline constexpr int kAttentionWarps = 4;
+// Head dimensions the attention kernel supports: a multiple of 32, at most 32 * this.
+inline constexpr int kMaxHeadDimPerLane = 8;
+
+struct KvLayout {
+  float* pool;              // kv_blocks blocks
+  size_t block_floats;      // n_layers * 2 * n_kv_heads * block_tokens * head_dim
+  size_t layer_floats;      // 2 * n_kv_heads * block_tokens * head_dim
+  size_t head_floats;       // block_tokens * head_dim
+  int block_tokens;
+};
+
+// Where a forward pass's rows go: all device pointers.
+struct RowMap {
+  const int32_t* tokens;
+  const int32_t* positions;
+  const int32_t* seq_of_row;
+  const int32_t* block_tables;
+  int table_stride;
+};
+
+// y[m * n + j] (+)= sum_i W[j, i] x[m * k + i] for m < rows (rows <= kMaxGemvRows), from
+// the quantized blocks (format: 2 Q4_0, 3 Q4_1, 8 Q8_0) or, with format 1, float16 rows.
+cudaError_t LaunchGemv(int format, const void* weights, int n, int k, const float* x, int rows, float* y,
+                       bool accumulate, cudaStream_t stream);
+
+void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream);
+// out[r] = x[index ? index[r] : r] normalised by its RMS, times weight.
+void LaunchRmsNorm(const float* x, const int32_t* index, const float* weight, int rows, int n, float eps, float* out,
+                   cudaStream_t stream);
+void LaunchToHalf(const float* x, size_t count, __half* out, cudaStream_t stream);
+void LaunchSiluMul(float* gate, const float* up, size_t count, cudaStream_t stream);
+// Adds biases (may be null), rotates q and k, and stores k and v into the KV blocks.
+struct RopeArgs {
+  int n_heads, n_kv_heads, head_dim, rope_dim;
+  bool neox;
+  const double* inv_freq;  // rope_dim / 2, device
+};
+void LaunchRopeAndStore(float* q, float* k, float* v, const float* q_bias, const float* k_bias, const float* v_bias,
+                        int rows, const RopeArgs& rope, const RowMap& map, const KvLayout& kv, int layer,
+                        cudaStream_t stream);
+// out[r, h] = softmax(q k^T / sqrt(d)) v over the row's keys 0..positions[r].
+void LaunchAttention(const float* q, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
+                     const KvLayout& kv, int layer, float* out, cudaStream_t stream);
+
+}  // namespace hetero::gpu
+
+#endif  // HETERO_GPU_CUDA_KERNELS_CUH_

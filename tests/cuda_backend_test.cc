@@ -1,0 +1,269 @@
+// The CUDA backend against the CPU backend in f32 (the accuracy reference), the KV handoff
+// from a CPU prefill, batching and multi-pass prompts. Every GPU test skips by name, with
+// the reason, on machines without a usable device; the unavailable path runs everywhere.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "hetero/devices.h"
+#include "src/cpu/cpu_backend.h"
+#include "src/gpu/cuda_backend.h"
+#include "tests/support/default_model.h"
+#include "tests/support/tiny_model.h"
+
+namespace hetero {
+namespace {
+
+#define HETERO_SKIP_WITHOUT_GPU()                                                       \
+  if (!QueryDevices().cuda.available) {                                                 \
+    GTEST_SKIP() << "no usable CUDA device: " << QueryDevices().cuda.notice;            \
+  }
+
+double RelativeL2(absl::Span<const float> got, absl::Span<const float> want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+int32_t Argmax(absl::Span<const float> v) {
+  return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& v : t) v = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+std::unique_ptr<CpuBackend> CpuReference(const Model& model) {
+  CpuBackendOptions options;
+  options.threads = 2;
+  options.precision = CpuPrecision::kF32;
+  auto b = CpuBackend::Create(model, options);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+std::unique_ptr<CudaBackend> Gpu(const Model& model, int max_rows = 512) {
+  CudaBackendOptions options;
+  options.max_rows_per_pass = max_rows;
+  options.kv_capacity_tokens = 8192;
+  auto b = CudaBackend::Create(model, options);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? std::move(*b) : nullptr;
+}
+
+// Prefill `prompt`, then `steps` greedy decode steps on both backends, each following its
+// own choices; logits compared at every step while the choices agree.
+struct Comparison {
+  double worst_l2 = 0;
+  int equal_steps = 0;
+};
+
+Comparison CompareGreedy(Backend& gpu, Backend& cpu, const std::vector<int32_t>& prompt, int steps) {
+  Comparison c;
+  const int V = cpu.vocab_size();
+  std::vector<float> lg(V), lc(V);
+  auto sg = gpu.NewSequence();
+  auto sc = cpu.NewSequence();
+  EXPECT_TRUE(sg.ok() && sc.ok());
+  EXPECT_TRUE(gpu.Prefill(*sg, prompt, absl::MakeSpan(lg)).ok());
+  EXPECT_TRUE(cpu.Prefill(*sc, prompt, absl::MakeSpan(lc)).ok());
+  for (int i = 0; i <= steps; ++i) {
+    c.worst_l2 = std::max(c.worst_l2, RelativeL2(lg, lc));
+    const int32_t tg = Argmax(lg), tc = Argmax(lc);
+    if (tg != tc || i == steps) break;
+    ++c.equal_steps;
+    EXPECT_TRUE(gpu.Decode({&*sg, 1}, {&tg, 1}, absl::MakeSpan(lg)).ok());
+    EXPECT_TRUE(cpu.Decode({&*sc, 1}, {&tc, 1}, absl::MakeSpan(lc)).ok());
+  }
+  gpu.FreeSequence(*sg);
+  cpu.FreeSequence(*sc);
+  return c;
+}
+
+TEST(CudaBackendTest, UnavailableWithoutADeviceNamesTheReason) {
+  if (QueryDevices().cuda.available) GTEST_SKIP() << "a CUDA device is present; the unavailable path is not taken";
+  testing::TinyModelOptions o;
+  auto model = Model::Load(testing::WriteTinyModel(o, "cuda_unavailable.gguf"));
+  ASSERT_TRUE(model.ok());
+  auto b = CudaBackend::Create(**model, CudaBackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(b.status().message().find(QueryDevices().cuda.notice), std::string::npos) << b.status();
+}
+
+struct TinyCase {
+  std::string architecture;
+  TensorType type;
+};
+
+class CudaTinyModelTest : public ::testing::TestWithParam<TinyCase> {};
+
+TEST_P(CudaTinyModelTest, MatchesTheCpuF32Path) {
+  HETERO_SKIP_WITHOUT_GPU();
+  testing::TinyModelOptions o;
+  o.architecture = GetParam().architecture;
+  o.weight_type = GetParam().type;
+  o.n_embd = 128;  // head_dim 32, the smallest the GPU attention takes
+  o.n_heads = 4;
+  o.n_kv_heads = 2;
+  o.n_ff = 160;
+  auto model = Model::Load(testing::WriteTinyModel(o, "cuda_tiny_" + o.architecture + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto cpu = CpuReference(**model);
+  auto gpu = Gpu(**model);
+  ASSERT_TRUE(cpu && gpu);
+  for (int length : {1, 9, 37}) {
+    const Comparison c = CompareGreedy(*gpu, *cpu, RandomTokens(length, o.n_vocab, length), 12);
+    std::printf("%s %s prompt %d: worst relative L2 %.2e, %d equal greedy steps\n", o.architecture.c_str(),
+                TensorTypeName(o.weight_type).c_str(), length, c.worst_l2, c.equal_steps);
+    EXPECT_LE(c.worst_l2, 2e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
+                         ::testing::Values(TinyCase{"llama", TensorType::kF16}, TinyCase{"llama", TensorType::kQ4_0},
+                                           TinyCase{"llama", TensorType::kQ4_1}, TinyCase{"llama", TensorType::kQ8_0},
+                                           TinyCase{"qwen2", TensorType::kQ4_1}),
+                         [](const auto& info) {
+                           return info.param.architecture + "_" + TensorTypeName(info.param.type);
+                         });
+
+class CudaDefaultModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HETERO_SKIP_WITHOUT_GPU();
+    HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
+    auto m = Model::Load(kDefaultModelPath);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+  std::unique_ptr<Model> model_;
+};
+
+// Acceptance: logits within 2e-2 of the CPU f32 path, 32 greedy tokens identical, 3 prompts.
+TEST_F(CudaDefaultModelTest, MatchesTheCpuF32Path) {
+  auto cpu = CpuReference(*model_);
+  auto gpu = Gpu(*model_);
+  ASSERT_TRUE(cpu && gpu);
+  const int V = cpu->vocab_size();
+  for (int length : {7, 60, 300}) {
+    const Comparison c = CompareGreedy(*gpu, *cpu, RandomTokens(length, V, 100 + length), 32);
+    std::printf("default model prompt %d: worst relative L2 %.2e, %d of 32 greedy steps equal\n", length, c.worst_l2,
+                c.equal_steps);
+    EXPECT_LE(c.worst_l2, 2e-2);
+    EXPECT_EQ(c.equal_steps, 32);
+  }
+}
+
+// Acceptance: a CPU prefill handed to the GPU decodes as an all-GPU run does.
+TEST_F(CudaDefaultModelTest, CpuPrefillHandedToTheGpuDecodesAsAllGpu) {
+  auto cpu = CpuReference(*model_);
+  auto gpu = Gpu(*model_);
+  ASSERT_TRUE(cpu && gpu);
+  const int V = cpu->vocab_size();
+  const std::vector<int32_t> prompt = RandomTokens(45, V, 7);
+  std::vector<float> a(V), b(V);
+  // All GPU.
+  auto ga = gpu->NewSequence();
+  ASSERT_TRUE(gpu->Prefill(*ga, prompt, absl::MakeSpan(a)).ok());
+  // CPU prefill, KV moved to the GPU.
+  auto c = cpu->NewSequence();
+  ASSERT_TRUE(cpu->Prefill(*c, prompt, absl::MakeSpan(b)).ok());
+  auto saved = cpu->SwapOut(*c);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  auto gb = gpu->SwapIn(*saved);
+  ASSERT_TRUE(gb.ok()) << gb.status();
+  EXPECT_EQ(*gpu->SequenceLength(*gb), 45);
+  double worst = RelativeL2(b, a);
+  int equal = 0;
+  for (int i = 0; i < 32; ++i) {
+    const int32_t ta = Argmax(a), tb = Argmax(b);
+    if (ta != tb) break;
+    ++equal;
+    ASSERT_TRUE(gpu->Decode({&*ga, 1}, {&ta, 1}, absl::MakeSpan(a)).ok());
+    ASSERT_TRUE(gpu->Decode({&*gb, 1}, {&tb, 1}, absl::MakeSpan(b)).ok());
+    worst = std::max(worst, RelativeL2(b, a));
+  }
+  std::printf("handoff: %d of 32 greedy steps equal, worst relative L2 %.2e\n", equal, worst);
+  EXPECT_EQ(equal, 32);
+  EXPECT_LE(worst, 2e-2);
+  // And back: the GPU's KV continues on the CPU.
+  auto back = gpu->SwapOut(*gb);
+  ASSERT_TRUE(back.ok()) << back.status();
+  auto cb = cpu->SwapIn(*back);
+  ASSERT_TRUE(cb.ok()) << cb.status();
+  EXPECT_EQ(*cpu->SequenceLength(*cb), 45 + 32);
+}
+
+// Batched decode (cuBLAS at 32 rows, GEMV at 1) equals one sequence at a time.
+TEST_F(CudaDefaultModelTest, BatchedDecodeEqualsSingle) {
+  auto gpu = Gpu(*model_);
+  ASSERT_TRUE(gpu);
+  const int V = gpu->vocab_size();
+  for (int batch : {8, 32}) {
+    std::vector<SequenceId> seqs;
+    std::vector<int32_t> next(batch);
+    std::vector<float> lg(V);
+    for (int i = 0; i < batch; ++i) {
+      seqs.push_back(*gpu->NewSequence());
+      ASSERT_TRUE(gpu->Prefill(seqs.back(), RandomTokens(5 + 3 * i, V, i), absl::MakeSpan(lg)).ok());
+      next[i] = Argmax(lg);
+    }
+    std::vector<float> batched(static_cast<size_t>(batch) * V);
+    ASSERT_TRUE(gpu->Decode(seqs, next, absl::MakeSpan(batched)).ok());
+    // The same step, one at a time, on copies of the sequences.
+    for (int i = 0; i < batch; ++i) {
+      ASSERT_TRUE(gpu->TruncateSequence(seqs[i], *gpu->SequenceLength(seqs[i]) - 1).ok());
+      ASSERT_TRUE(gpu->Decode({&seqs[i], 1}, {&next[i], 1}, absl::MakeSpan(lg)).ok());
+      const double l2 = RelativeL2(absl::MakeConstSpan(batched).subspan(static_cast<size_t>(i) * V, V), lg);
+      EXPECT_LE(l2, 1e-2) << "batch " << batch << " row " << i;
+    }
+    for (SequenceId s : seqs) gpu->FreeSequence(s);
+  }
+}
+
+// A prompt longer than one pass runs in several and gives the single-pass logits.
+TEST_F(CudaDefaultModelTest, PromptInSeveralPassesEqualsOnePass) {
+  auto one = Gpu(*model_, 512);
+  auto several = Gpu(*model_, 64);
+  ASSERT_TRUE(one && several);
+  const int V = one->vocab_size();
+  const std::vector<int32_t> prompt = RandomTokens(200, V, 3);
+  std::vector<float> a(V), b(V);
+  auto sa = one->NewSequence();
+  auto sb = several->NewSequence();
+  ASSERT_TRUE(one->Prefill(*sa, prompt, absl::MakeSpan(a)).ok());
+  ASSERT_TRUE(several->Prefill(*sb, prompt, absl::MakeSpan(b)).ok());
+  EXPECT_LE(RelativeL2(b, a), 1e-2);
+}
+
+TEST_F(CudaDefaultModelTest, RefusesBadInput) {
+  auto gpu = Gpu(*model_);
+  ASSERT_TRUE(gpu);
+  const int V = gpu->vocab_size();
+  std::vector<float> lg(V);
+  auto s = gpu->NewSequence();
+  const int32_t bad = V;
+  absl::Status st = gpu->Prefill(*s, {&bad, 1}, absl::MakeSpan(lg));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_EQ(*gpu->SequenceLength(*s), 0);  // unchanged
+  const int32_t ok = 1;
+  EXPECT_FALSE(gpu->Prefill(12345, {&ok, 1}, absl::MakeSpan(lg)).ok());
+  EXPECT_FALSE(gpu->Decode({&*s, 1}, {&ok, 1}, absl::MakeSpan(lg).subspan(0, 10)).ok());
+  SavedSequence wrong;
+  wrong.tokens = 3;
+  wrong.data = *HostMemoryPool::Default()->Allocate(7);
+  EXPECT_EQ(gpu->SwapIn(wrong).status().code(), absl::StatusCode::kInvalidArgument);
+  // Still usable.
+  EXPECT_TRUE(gpu->Prefill(*s, {&ok, 1}, absl::MakeSpan(lg)).ok());
+}
+
+}  // namespace
+}  // namespace hetero
