@@ -202,12 +202,12 @@ TEST_F(CudaDefaultModelTest, CpuPrefillHandedToTheGpuDecodesAsAllGpu) {
   EXPECT_EQ(*cpu->SequenceLength(*cb), 45 + 32);
 }
 
-// Batched decode (cuBLAS at 32 rows, GEMV at 1) equals one sequence at a time.
+// Batched decode (GEMV up to 32 rows, cuBLAS beyond) equals one sequence at a time.
 TEST_F(CudaDefaultModelTest, BatchedDecodeEqualsSingle) {
   auto gpu = Gpu(*model_);
   ASSERT_TRUE(gpu);
   const int V = gpu->vocab_size();
-  for (int batch : {8, 32}) {
+  for (int batch : {8, 32, 40}) {  // GEMV at 8 and 32 rows, cuBLAS at 40
     std::vector<SequenceId> seqs;
     std::vector<int32_t> next(batch);
     std::vector<float> lg(V);

@@ -321,6 +321,11 @@ absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<i
     }
   }
   for (SequenceId s : seqs) stride = std::max(stride, static_cast<int>(kv_.Blocks(s).size()));
+  // A power of two (at least 8): decode graphs are captured per table stride, so a growing
+  // context re-captures a few times rather than every kv_block_tokens tokens.
+  int rounded = 8;
+  while (rounded < stride) rounded *= 2;
+  stride = rounded;
   std::vector<int32_t> tables(seqs.size() * stride, -1);
   for (size_t i = 0; i < seqs.size(); ++i) {
     const std::vector<int32_t>& b = kv_.Blocks(seqs[i]);

@@ -44,40 +44,35 @@ __device__ __forceinline__ void LoadHalfBlock(const uint8_t* blk, int half, floa
   }
 }
 
-// One warp per output; lanes take half-blocks of 16 weights in turn, so every weight is
-// read once per pass whatever the batch, and each activation row meets it in registers.
 template <int kFormat>
-__global__ void GemvKernel(const uint8_t* __restrict__ weights, int n, int k, const float* __restrict__ x, int rows,
-                           float* __restrict__ y, bool accumulate) {
-  const int lane = threadIdx.x & 31;
-  const int j = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (j >= n) return;
-  const int units = k / 16;
-  float acc[kMaxGemvRows];
+__device__ __forceinline__ void LoadUnit(const void* weights, int row, int k, int unit, float* w) {
+  if constexpr (kFormat == 1) {
+    const __half* src = static_cast<const __half*>(weights) + static_cast<size_t>(row) * k + 16 * unit;
+    const uint4 a = reinterpret_cast<const uint4*>(src)[0];
+    const uint4 b = reinterpret_cast<const uint4*>(src)[1];
+    const __half* ha = reinterpret_cast<const __half*>(&a);
+    const __half* hb = reinterpret_cast<const __half*>(&b);
 #pragma unroll
-  for (int m = 0; m < kMaxGemvRows; ++m) acc[m] = 0.0f;
-  for (int u = lane; u < units; u += 32) {
-    float w[16];
-    if constexpr (kFormat == 1) {
-      const __half* row = reinterpret_cast<const __half*>(weights) + static_cast<size_t>(j) * k + 16 * u;
-      const uint4 a = reinterpret_cast<const uint4*>(row)[0];
-      const uint4 b = reinterpret_cast<const uint4*>(row)[1];
-      const __half* ha = reinterpret_cast<const __half*>(&a);
-      const __half* hb = reinterpret_cast<const __half*>(&b);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        w[i] = __half2float(ha[i]);
-        w[8 + i] = __half2float(hb[i]);
-      }
-    } else {
-      constexpr int kBlockBytes = kFormat == 8 ? 34 : (kFormat == 3 ? 20 : 18);
-      const uint8_t* blk = weights + (static_cast<size_t>(j) * (k / 32) + (u >> 1)) * kBlockBytes;
-      LoadHalfBlock<kFormat>(blk, u & 1, w);
+    for (int i = 0; i < 8; ++i) {
+      w[i] = __half2float(ha[i]);
+      w[8 + i] = __half2float(hb[i]);
     }
+  } else {
+    constexpr int kBlockBytes = kFormat == 8 ? 34 : (kFormat == 3 ? 20 : 18);
+    const uint8_t* blk =
+        static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 32) + (unit >> 1)) * kBlockBytes;
+    LoadHalfBlock<kFormat>(blk, unit & 1, w);
+  }
+}
+
+// Sixteen-weight dot products of one unit against every activation row.
+template <int kRows>
+__device__ __forceinline__ void DotUnit(const float* w, const float* __restrict__ x, int k, int unit, int rows,
+                                        float* acc) {
 #pragma unroll
-    for (int m = 0; m < kMaxGemvRows; ++m) {
-      if (m >= rows) break;
-      const float4* xv = reinterpret_cast<const float4*>(x + static_cast<size_t>(m) * k + 16 * u);
+  for (int m = 0; m < kRows; ++m) {
+    if (m < rows) {
+      const float4* xv = reinterpret_cast<const float4*>(x + static_cast<size_t>(m) * k + 16 * unit);
       float s = 0.0f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -87,15 +82,121 @@ __global__ void GemvKernel(const uint8_t* __restrict__ weights, int n, int k, co
       acc[m] += s;
     }
   }
+}
+
+constexpr int kGemvWarps = 8;
+
+// One warp per output (per pair of outputs in SwiGLU mode); lanes take half-blocks of 16
+// weights in turn, so each weight is read once per launch whatever the batch and meets
+// every activation row in registers.
+template <int kFormat, int kRows, bool kSwiglu>
+__global__ void __launch_bounds__(32 * kGemvWarps) GemvKernel(GemvLaunch a) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __shared__ float row_scale[kRows];
+  if (a.norm_weight != nullptr) {
+    // RMS of each activation row (every block recomputes it: k is small, x sits in L2).
+    for (int m = warp; m < a.rows; m += kGemvWarps) {
+      const float* xr = a.x + static_cast<size_t>(m) * a.k;
+      float ss = 0.0f;
+      for (int i = lane; i < a.k; i += 32) ss += xr[i] * xr[i];
+      ss = WarpSum(ss);
+      if (lane == 0) row_scale[m] = rsqrtf(ss / static_cast<float>(a.k) + a.eps);
+    }
+    __syncthreads();
+  }
+  // Which segment and output this warp computes.
+  int j = blockIdx.x * kGemvWarps + warp;
+  int seg = 0;
+  if constexpr (!kSwiglu) {
+    while (seg < a.n_segments && j >= a.segments[seg].n) j -= a.segments[seg++].n;
+    if (seg >= a.n_segments) return;
+  } else if (j >= a.segments[0].n) {
+    return;
+  }
+  const GemvSegment& s = a.segments[seg];
+  const int units = a.k / 16;
+  float acc[kRows], acc_up[kSwiglu ? kRows : 1];
 #pragma unroll
-  for (int m = 0; m < kMaxGemvRows; ++m) {
-    if (m >= rows) break;
-    const float s = WarpSum(acc[m]);
-    if (lane == 0) {
-      float* out = y + static_cast<size_t>(m) * n + j;
-      *out = accumulate ? *out + s : s;
+  for (int m = 0; m < kRows; ++m) acc[m] = 0.0f;
+  if constexpr (kSwiglu) {
+#pragma unroll
+    for (int m = 0; m < kRows; ++m) acc_up[m] = 0.0f;
+  }
+  for (int u = lane; u < units; u += 32) {
+    float norm[16];
+    if (a.norm_weight != nullptr) {
+      const float4* nw = reinterpret_cast<const float4*>(a.norm_weight + 16 * u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = nw[i];
+        norm[4 * i] = v.x;
+        norm[4 * i + 1] = v.y;
+        norm[4 * i + 2] = v.z;
+        norm[4 * i + 3] = v.w;
+      }
+    }
+    float w[16];
+    LoadUnit<kFormat>(s.weights, j, a.k, u, w);
+    if (a.norm_weight != nullptr) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) w[i] *= norm[i];
+    }
+    DotUnit<kRows>(w, a.x, a.k, u, a.rows, acc);
+    if constexpr (kSwiglu) {
+      LoadUnit<kFormat>(a.segments[1].weights, j, a.k, u, w);
+      if (a.norm_weight != nullptr) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] *= norm[i];
+      }
+      DotUnit<kRows>(w, a.x, a.k, u, a.rows, acc_up);
     }
   }
+#pragma unroll
+  for (int m = 0; m < kRows; ++m) {
+    if (m < a.rows) {
+      float v = WarpSum(acc[m]);
+      if (a.norm_weight != nullptr) v *= row_scale[m];
+      if constexpr (kSwiglu) {
+        float up = WarpSum(acc_up[m]);
+        if (a.norm_weight != nullptr) up *= row_scale[m];
+        v = v / (1.0f + expf(-v)) * up;
+      }
+      if (lane == 0) {
+        float* out = s.out + static_cast<size_t>(m) * s.n + j;
+        *out = s.accumulate ? *out + v : v;
+      }
+    }
+  }
+}
+
+template <int kFormat, bool kSwiglu>
+cudaError_t LaunchGemvRows(const GemvLaunch& a, dim3 grid, dim3 block, cudaStream_t stream) {
+  // The row count rounded up to a power of two sizes the accumulators.
+  if (a.rows <= 1) {
+    GemvKernel<kFormat, 1, kSwiglu><<<grid, block, 0, stream>>>(a);
+  } else if (a.rows <= 4) {
+    GemvKernel<kFormat, 4, kSwiglu><<<grid, block, 0, stream>>>(a);
+  } else if (a.rows <= 8) {
+    GemvKernel<kFormat, 8, kSwiglu><<<grid, block, 0, stream>>>(a);
+  } else if (a.rows <= 16) {
+    GemvKernel<kFormat, 16, kSwiglu><<<grid, block, 0, stream>>>(a);
+  } else {
+    GemvKernel<kFormat, 32, kSwiglu><<<grid, block, 0, stream>>>(a);
+  }
+  return cudaGetLastError();
+}
+
+template <int kFormat>
+cudaError_t LaunchGemvFormat(const GemvLaunch& a, cudaStream_t stream) {
+  int outputs = 0;
+  if (a.swiglu) {
+    outputs = a.segments[0].n;
+  } else {
+    for (int i = 0; i < a.n_segments; ++i) outputs += a.segments[i].n;
+  }
+  const dim3 grid((outputs + kGemvWarps - 1) / kGemvWarps), block(32 * kGemvWarps);
+  if (a.swiglu) return LaunchGemvRows<kFormat, true>(a, grid, block, stream);
+  return LaunchGemvRows<kFormat, false>(a, grid, block, stream);
 }
 
 __global__ void EmbedKernel(const __half* __restrict__ table, const int32_t* __restrict__ tokens, int n_embd,
@@ -192,7 +293,9 @@ __global__ void RopeAndStoreKernel(float* q, float* k, float* v, const float* q_
 }
 
 // One block per (row, head); each warp walks every kAttentionWarps-th key with an online
-// softmax, and the warps' partial results are merged at the end.
+// softmax, and the warps' partial results are merged at the end. Decode rows get many warps
+// (few blocks, long key runs), prompt rows few (many blocks already).
+template <int kAttentionWarps>
 __global__ void AttentionKernel(const float* __restrict__ q, int n_heads, int n_kv_heads, int head_dim, RowMap map,
                                 KvLayout kv, int layer, float scale, float* __restrict__ out) {
   const int r = blockIdx.x, h = blockIdx.y;
@@ -265,28 +368,23 @@ int GridFor(size_t count, int threads) {
 
 }  // namespace
 
-cudaError_t LaunchGemv(int format, const void* weights, int n, int k, const float* x, int rows, float* y,
-                       bool accumulate, cudaStream_t stream) {
-  constexpr int kWarpsPerBlock = 8;
-  const dim3 grid((n + kWarpsPerBlock - 1) / kWarpsPerBlock), block(32 * kWarpsPerBlock);
-  const auto* w = static_cast<const uint8_t*>(weights);
-  switch (format) {
+cudaError_t LaunchGemv(const GemvLaunch& a, cudaStream_t stream) {
+  if (a.rows < 1 || a.rows > kMaxGemvRows || a.n_segments < 1 || a.n_segments > 3 || a.k % 32 != 0 ||
+      (a.swiglu && (a.n_segments != 2 || a.segments[0].n != a.segments[1].n))) {
+    return cudaErrorInvalidValue;
+  }
+  switch (a.format) {
     case 1:
-      GemvKernel<1><<<grid, block, 0, stream>>>(w, n, k, x, rows, y, accumulate);
-      break;
+      return LaunchGemvFormat<1>(a, stream);
     case 2:
-      GemvKernel<2><<<grid, block, 0, stream>>>(w, n, k, x, rows, y, accumulate);
-      break;
+      return LaunchGemvFormat<2>(a, stream);
     case 3:
-      GemvKernel<3><<<grid, block, 0, stream>>>(w, n, k, x, rows, y, accumulate);
-      break;
+      return LaunchGemvFormat<3>(a, stream);
     case 8:
-      GemvKernel<8><<<grid, block, 0, stream>>>(w, n, k, x, rows, y, accumulate);
-      break;
+      return LaunchGemvFormat<8>(a, stream);
     default:
       return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream) {
@@ -315,8 +413,13 @@ void LaunchRopeAndStore(float* q, float* k, float* v, const float* q_bias, const
 void LaunchAttention(const float* q, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
                      const KvLayout& kv, int layer, float* out, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  AttentionKernel<<<dim3(rows, n_heads), 32 * kAttentionWarps, 0, stream>>>(q, n_heads, n_kv_heads, head_dim, map, kv,
-                                                                             layer, scale, out);
+  if (rows <= kMaxGemvRows) {
+    AttentionKernel<16><<<dim3(rows, n_heads), 32 * 16, 0, stream>>>(q, n_heads, n_kv_heads, head_dim, map, kv, layer,
+                                                                      scale, out);
+  } else {
+    AttentionKernel<4><<<dim3(rows, n_heads), 32 * 4, 0, stream>>>(q, n_heads, n_kv_heads, head_dim, map, kv, layer,
+                                                                    scale, out);
+  }
 }
 
 }  // namespace hetero::gpu

@@ -12,10 +12,8 @@
 
 namespace hetero::gpu {
 
-// Rows a GEMV pass handles at once; larger batches take cuBLAS.
-inline constexpr int kMaxGemvRows = 8;
-// Warps per attention block (each walks every kAttentionWarps-th key).
-inline constexpr int kAttentionWarps = 4;
+// Rows a GEMV pass handles at once (decode batches); larger passes take cuBLAS.
+inline constexpr int kMaxGemvRows = 32;
 // Head dimensions the attention kernel supports: a multiple of 32, at most 32 * this.
 inline constexpr int kMaxHeadDimPerLane = 8;
 
@@ -36,10 +34,29 @@ struct RowMap {
   int table_stride;
 };
 
-// y[m * n + j] (+)= sum_i W[j, i] x[m * k + i] for m < rows (rows <= kMaxGemvRows), from
-// the quantized blocks (format: 2 Q4_0, 3 Q4_1, 8 Q8_0) or, with format 1, float16 rows.
-cudaError_t LaunchGemv(int format, const void* weights, int n, int k, const float* x, int rows, float* y,
-                       bool accumulate, cudaStream_t stream);
+// One matrix of a GEMV launch: y[m * n + j] (+)= sum_i W[j, i] x'[m, i].
+struct GemvSegment {
+  const void* weights;  // GGUF blocks (format 2 Q4_0, 3 Q4_1, 8 Q8_0) or float16 rows (format 1)
+  float* out;
+  int n;
+  bool accumulate;      // add to `out` (the residual stream) instead of overwriting it
+};
+// Up to three matrices of one format and input width multiplied by the same rows in one
+// launch (q, k, v). With `norm_weight`, x' is x RMS-normalised per row and scaled by it
+// (the layer's norm, fused). With `swiglu`, segments 0 and 1 are gate and up and segment
+// 0's out receives silu(gate) * up.
+struct GemvLaunch {
+  GemvSegment segments[3];
+  int n_segments = 0;
+  int format = 0;
+  int k = 0;
+  const float* x = nullptr;
+  int rows = 0;  // 1..kMaxGemvRows
+  const float* norm_weight = nullptr;
+  float eps = 0.0f;
+  bool swiglu = false;
+};
+cudaError_t LaunchGemv(const GemvLaunch& launch, cudaStream_t stream);
 
 void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream);
 // out[r] = x[index ? index[r] : r] normalised by its RMS, times weight.

@@ -1,8 +1,9 @@
 // The module's model runtime: weights uploaded once, a device KV pool in the CPU backend's
 // block layout, and a forward pass of own kernels plus cuBLAS. Decode-sized passes (at
-// most kMaxGemvRows rows) use only own kernels and are captured in a CUDA graph per shape
-// and replayed; inputs reach the graph through fixed device buffers, so a step costs one
-// upload, one graph launch, one download and one host synchronisation.
+// most kMaxGemvRows rows) use only own kernels, with the layer norms, q/k/v and gate/up/SwiGLU
+// fused into GEMV launches, and are captured in a CUDA graph per shape and replayed; inputs
+// reach the graph through one fixed device buffer, so a step costs one upload, one graph
+// launch, one download and one host synchronisation.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,6 +12,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <new>
@@ -172,8 +174,10 @@ struct Model {
   KvLayout kv{};
   // Scratch for max_rows rows.
   DeviceBuffer x, h, q, k, v, att, gate, up, tmp, half_in, logits;
-  // Inputs, at fixed device addresses (the captured graphs read them there).
-  DeviceBuffer tokens, positions, seq_of_row, logit_rows, tables;
+  // Inputs at fixed device addresses (the captured graphs read them there), in one buffer
+  // so that one copy moves them: tokens, positions, seq_of_row, logit_rows (max_rows
+  // each), then the block tables.
+  DeviceBuffer inputs;
   PinnedBuffer staging_in, staging_logits;
   int tables_capacity = 0;  // int32 entries
   // Captured decode graphs by (rows, logit rows, table stride).
@@ -192,8 +196,7 @@ struct Model {
       total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes;
       for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) total += m->device_bytes();
     }
-    for (const DeviceBuffer* b : {&x, &h, &q, &k, &v, &att, &gate, &up, &tmp, &half_in, &logits, &tokens, &positions,
-                                  &seq_of_row, &logit_rows, &tables}) {
+    for (const DeviceBuffer* b : {&x, &h, &q, &k, &v, &att, &gate, &up, &tmp, &half_in, &logits, &inputs}) {
       total += b->bytes;
     }
     return total;
@@ -266,21 +269,48 @@ struct Model {
     HETERO_FAILURE_TRY(tmp.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(half_in.Allocate(rows * widest * sizeof(__half), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(logits.Allocate(rows * c.n_vocab * sizeof(float), "cudaMalloc(logits)"));
-    HETERO_FAILURE_TRY(tokens.Allocate(rows * sizeof(int32_t), "cudaMalloc(inputs)"));
-    HETERO_FAILURE_TRY(positions.Allocate(rows * sizeof(int32_t), "cudaMalloc(inputs)"));
-    HETERO_FAILURE_TRY(seq_of_row.Allocate(rows * sizeof(int32_t), "cudaMalloc(inputs)"));
-    HETERO_FAILURE_TRY(logit_rows.Allocate(rows * sizeof(int32_t), "cudaMalloc(inputs)"));
     HETERO_FAILURE_TRY(staging_logits.Allocate(rows * c.n_vocab * sizeof(float)));
     return {};
   }
 
-  // y = x W^T for `rows` rows: own GEMV for decode-sized batches, cuBLAS otherwise.
-  Failure MatMul(const Matrix& w, const float* in, int rows, float* out, bool accumulate) {
-    if (rows <= kMaxGemvRows) {
-      const void* weights = w.format == HETERO_CUDA_WEIGHTS_F16 ? w.f16.ptr : w.blocks.ptr;
-      HETERO_CUDA_TRY(LaunchGemv(w.format, weights, w.rows, w.cols, in, rows, out, accumulate, stream));
+  int32_t* input_at(int slot) const { return inputs.as<int32_t>() + static_cast<size_t>(slot) * desc.max_rows; }
+
+  // Own GEMV over decode-sized batches: `mats` multiplied by the same rows in one launch
+  // where they share a format (else one launch each); `norm` fuses the RMSNorm before.
+  Failure Gemv(std::initializer_list<std::pair<const Matrix*, float*>> mats, const float* in, int rows, bool accumulate,
+               const float* norm, bool swiglu = false) {
+    GemvLaunch launch;
+    launch.x = in;
+    launch.rows = rows;
+    launch.norm_weight = norm;
+    launch.eps = desc.rms_norm_eps;
+    launch.swiglu = swiglu;
+    bool same = true;
+    for (const auto& [m, out] : mats) same = same && m->format == mats.begin()->first->format;
+    auto segment = [&](const Matrix& m, float* out) {
+      return GemvSegment{m.format == HETERO_CUDA_WEIGHTS_F16 ? m.f16.ptr : m.blocks.ptr, out, m.rows, accumulate};
+    };
+    if (same) {
+      launch.format = mats.begin()->first->format;
+      launch.k = mats.begin()->first->cols;
+      for (const auto& [m, out] : mats) launch.segments[launch.n_segments++] = segment(*m, out);
+      HETERO_CUDA_TRY(LaunchGemv(launch, stream));
       return {};
     }
+    if (swiglu) {  // mixed formats: gate and up apart, then the product
+      const Matrix& g = *mats.begin()->first;
+      const Matrix& u = *(mats.begin() + 1)->first;
+      HETERO_FAILURE_TRY(Gemv({{&g, gate.as<float>()}}, in, rows, false, norm));
+      HETERO_FAILURE_TRY(Gemv({{&u, up.as<float>()}}, in, rows, false, norm));
+      LaunchSiluMul(gate.as<float>(), up.as<float>(), static_cast<size_t>(rows) * g.rows, stream);
+      return {};
+    }
+    for (const auto& [m, out] : mats) HETERO_FAILURE_TRY(Gemv({{m, out}}, in, rows, accumulate, norm));
+    return {};
+  }
+
+  // y (+)= x W^T through cuBLAS in float16 (prompt passes).
+  Failure MatMul(const Matrix& w, const float* in, int rows, float* out, bool accumulate) {
     LaunchToHalf(in, static_cast<size_t>(rows) * w.cols, half_in.as<__half>(), stream);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // Row-major y (rows x n) = x (rows x k) W^T, as column-major y^T = W x^T.
@@ -293,31 +323,47 @@ struct Model {
   // Every kernel of one pass, on `stream` (captured into a graph for decode shapes).
   Failure Enqueue(int n_rows, int n_logit_rows, int table_stride) {
     const auto& c = desc;
-    RowMap map{tokens.as<int32_t>(), positions.as<int32_t>(), seq_of_row.as<int32_t>(), tables.as<int32_t>(),
-               table_stride};
+    RowMap map{input_at(0), input_at(1), input_at(2), input_at(4), table_stride};
+    const int32_t* logit_index = input_at(3);
     RopeArgs rope{c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox != 0, inv_freq.as<double>()};
-    LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, x.as<float>(), stream);
+    const bool decode = n_rows <= kMaxGemvRows;
+    float* xs = x.as<float>();
+    LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, xs, stream);
     for (int i = 0; i < c.n_layers; ++i) {
       Layer& l = *layers[i];
-      LaunchRmsNorm(x.as<float>(), nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
-                    stream);
-      HETERO_FAILURE_TRY(MatMul(l.q, h.as<float>(), n_rows, q.as<float>(), false));
-      HETERO_FAILURE_TRY(MatMul(l.k, h.as<float>(), n_rows, k.as<float>(), false));
-      HETERO_FAILURE_TRY(MatMul(l.v, h.as<float>(), n_rows, v.as<float>(), false));
+      if (decode) {
+        HETERO_FAILURE_TRY(Gemv({{&l.q, q.as<float>()}, {&l.k, k.as<float>()}, {&l.v, v.as<float>()}}, xs, n_rows, false,
+                                l.attn_norm.as<float>()));
+      } else {
+        LaunchRmsNorm(xs, nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, h.as<float>(), stream);
+        HETERO_FAILURE_TRY(MatMul(l.q, h.as<float>(), n_rows, q.as<float>(), false));
+        HETERO_FAILURE_TRY(MatMul(l.k, h.as<float>(), n_rows, k.as<float>(), false));
+        HETERO_FAILURE_TRY(MatMul(l.v, h.as<float>(), n_rows, v.as<float>(), false));
+      }
       LaunchRopeAndStore(q.as<float>(), k.as<float>(), v.as<float>(), l.q_bias.as<float>(), l.k_bias.as<float>(),
                          l.v_bias.as<float>(), n_rows, rope, map, kv, i, stream);
       LaunchAttention(q.as<float>(), n_rows, c.n_heads, c.n_kv_heads, c.head_dim, map, kv, i, att.as<float>(), stream);
-      HETERO_FAILURE_TRY(MatMul(l.o, att.as<float>(), n_rows, x.as<float>(), true));
-      LaunchRmsNorm(x.as<float>(), nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
-                    stream);
-      HETERO_FAILURE_TRY(MatMul(l.gate, h.as<float>(), n_rows, gate.as<float>(), false));
-      HETERO_FAILURE_TRY(MatMul(l.up, h.as<float>(), n_rows, up.as<float>(), false));
-      LaunchSiluMul(gate.as<float>(), up.as<float>(), static_cast<size_t>(n_rows) * c.n_ff, stream);
-      HETERO_FAILURE_TRY(MatMul(l.down, gate.as<float>(), n_rows, x.as<float>(), true));
+      if (decode) {
+        HETERO_FAILURE_TRY(Gemv({{&l.o, xs}}, att.as<float>(), n_rows, true, nullptr));
+        HETERO_FAILURE_TRY(Gemv({{&l.gate, gate.as<float>()}, {&l.up, up.as<float>()}}, xs, n_rows, false,
+                                l.ffn_norm.as<float>(), /*swiglu=*/true));
+        HETERO_FAILURE_TRY(Gemv({{&l.down, xs}}, gate.as<float>(), n_rows, true, nullptr));
+      } else {
+        HETERO_FAILURE_TRY(MatMul(l.o, att.as<float>(), n_rows, xs, true));
+        LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, h.as<float>(), stream);
+        HETERO_FAILURE_TRY(MatMul(l.gate, h.as<float>(), n_rows, gate.as<float>(), false));
+        HETERO_FAILURE_TRY(MatMul(l.up, h.as<float>(), n_rows, up.as<float>(), false));
+        LaunchSiluMul(gate.as<float>(), up.as<float>(), static_cast<size_t>(n_rows) * c.n_ff, stream);
+        HETERO_FAILURE_TRY(MatMul(l.down, gate.as<float>(), n_rows, xs, true));
+      }
     }
-    LaunchRmsNorm(x.as<float>(), logit_rows.as<int32_t>(), output_norm.as<float>(), n_logit_rows, c.n_embd,
-                  c.rms_norm_eps, h.as<float>(), stream);
-    HETERO_FAILURE_TRY(MatMul(output, h.as<float>(), n_logit_rows, logits.as<float>(), false));
+    LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
+                  stream);
+    if (n_logit_rows <= kMaxGemvRows) {
+      HETERO_FAILURE_TRY(Gemv({{&output, logits.as<float>()}}, h.as<float>(), n_logit_rows, false, nullptr));
+    } else {
+      HETERO_FAILURE_TRY(MatMul(output, h.as<float>(), n_logit_rows, logits.as<float>(), false));
+    }
     HETERO_CUDA_TRY(cudaGetLastError());
     return {};
   }
@@ -357,24 +403,19 @@ struct Model {
       for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
       graphs.clear();
       const int capacity = std::max(table_entries, 2 * tables_capacity);
-      HETERO_FAILURE_TRY(tables.Allocate(static_cast<size_t>(capacity) * sizeof(int32_t), "cudaMalloc(block tables)"));
+      const size_t entries = 4 * static_cast<size_t>(c.max_rows) + capacity;
+      HETERO_FAILURE_TRY(inputs.Allocate(entries * sizeof(int32_t), "cudaMalloc(inputs)"));
+      HETERO_FAILURE_TRY(staging_in.Allocate(entries * sizeof(int32_t)));
       tables_capacity = capacity;
     }
-    const size_t in_bytes = (4 * static_cast<size_t>(a.n_rows) + table_entries) * sizeof(int32_t);
-    if (staging_in.bytes < in_bytes) HETERO_FAILURE_TRY(staging_in.Allocate(std::max(in_bytes, 2 * staging_in.bytes)));
     auto* staged = static_cast<int32_t*>(staging_in.ptr);
+    const size_t stride = c.max_rows;
     std::memcpy(staged, a.tokens, a.n_rows * sizeof(int32_t));
-    std::memcpy(staged + a.n_rows, a.positions, a.n_rows * sizeof(int32_t));
-    std::memcpy(staged + 2 * a.n_rows, a.seq_of_row, a.n_rows * sizeof(int32_t));
-    std::memcpy(staged + 3 * a.n_rows, a.logit_rows, a.n_logit_rows * sizeof(int32_t));
-    std::memcpy(staged + 4 * a.n_rows, a.block_tables, table_entries * sizeof(int32_t));
-    const size_t row_bytes = a.n_rows * sizeof(int32_t);
-    HETERO_CUDA_TRY(cudaMemcpyAsync(tokens.ptr, staged, row_bytes, cudaMemcpyHostToDevice, stream));
-    HETERO_CUDA_TRY(cudaMemcpyAsync(positions.ptr, staged + a.n_rows, row_bytes, cudaMemcpyHostToDevice, stream));
-    HETERO_CUDA_TRY(cudaMemcpyAsync(seq_of_row.ptr, staged + 2 * a.n_rows, row_bytes, cudaMemcpyHostToDevice, stream));
-    HETERO_CUDA_TRY(cudaMemcpyAsync(logit_rows.ptr, staged + 3 * a.n_rows, a.n_logit_rows * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, stream));
-    HETERO_CUDA_TRY(cudaMemcpyAsync(tables.ptr, staged + 4 * a.n_rows, table_entries * sizeof(int32_t),
+    std::memcpy(staged + stride, a.positions, a.n_rows * sizeof(int32_t));
+    std::memcpy(staged + 2 * stride, a.seq_of_row, a.n_rows * sizeof(int32_t));
+    std::memcpy(staged + 3 * stride, a.logit_rows, a.n_logit_rows * sizeof(int32_t));
+    std::memcpy(staged + 4 * stride, a.block_tables, table_entries * sizeof(int32_t));
+    HETERO_CUDA_TRY(cudaMemcpyAsync(inputs.ptr, staged, (4 * stride + table_entries) * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, stream));
     if (a.n_rows <= kMaxGemvRows) {
       const auto key = std::make_tuple(a.n_rows, a.n_logit_rows, a.table_stride);
