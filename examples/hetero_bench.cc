@@ -32,6 +32,7 @@
 #include "hetero/engine.h"
 #include "absl/strings/str_split.h"
 #include "src/cpu/cpu_backend.h"
+#include "hetero/transfer.h"
 #include "src/gpu/cuda_backend.h"
 #include "src/gpu/cuda_module_abi.h"
 #include "src/runtime/cuda_module_loader.h"
@@ -60,7 +61,7 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 // ignored) after a short prompt; aggregate decode tokens/s against one session alone.
 // Host<->device copy bandwidth through the CUDA module: pinned and pageable host memory,
 // a plain cudaMemcpyAsync loop per size.
-int RunTransfer(bool json) {
+int RunTransfer(const std::string& model_path_for_transfer, bool json) {
   const hetero::CudaInfo& cuda = hetero::QueryDevices().cuda;
   if (!cuda.available) return Fail("--transfer needs a GPU: " + cuda.notice);
   auto measure = reinterpret_cast<hetero_cuda_measure_bandwidth_fn>(
@@ -82,6 +83,56 @@ int RunTransfer(bool json) {
                     pinned ? "pinned" : "pageable", h2d, d2h);
       }
     }
+  }
+  // The transfer layer's own path: a 4096-token KV cache of the model moved to the GPU
+  // (SwapIn, the CPU-prefill handoff) and back (SwapOut, parking during a tool call), from
+  // pooled pinned memory, against the plain loop above.
+  if (auto resolved = hetero::ResolveModelPath(model_path_for_transfer); resolved.ok()) {
+    auto model = hetero::Model::Load(*resolved);
+    if (!model.ok()) return Fail(std::string(model.status().message()));
+    hetero::CudaBackendOptions options;
+    options.kv_capacity_tokens = 8192;
+    auto backend = hetero::CudaBackend::Create(**model, options);
+    if (!backend.ok()) return Fail(std::string(backend.status().message()));
+    const int tokens = 4096;
+    const size_t floats = (*backend)->kv_bytes_per_token() / sizeof(float) * tokens;
+    std::vector<double> in_rates, out_rates;
+    hetero::SavedSequence saved;
+    saved.tokens = tokens;
+    auto buffer = hetero::HostMemoryPool::Default()->Allocate(floats);
+    if (!buffer.ok()) return Fail(std::string(buffer.status().message()));
+    saved.data = std::move(*buffer);
+    for (size_t i = 0; i < floats; ++i) saved.data.data()[i] = static_cast<float>(i % 977) * 1e-3f;
+    for (int rep = 0; rep < 6; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto seq = (*backend)->SwapIn(saved);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (!seq.ok()) return Fail(std::string(seq.status().message()));
+      auto back = (*backend)->SwapOut(*seq);
+      const auto t2 = std::chrono::steady_clock::now();
+      if (!back.ok()) return Fail(std::string(back.status().message()));
+      if (rep > 0) {  // the first warms the pool and the copy stream
+        in_rates.push_back(floats * sizeof(float) / Seconds(t0, t1) / 1e9);
+        out_rates.push_back(floats * sizeof(float) / Seconds(t1, t2) / 1e9);
+      }
+      saved = std::move(*back);
+    }
+    const hetero::HostPoolStats pool = hetero::HostMemoryPool::Default()->stats();
+    const double h2d = Summarize(in_rates).median, d2h = Summarize(out_rates).median;
+    if (json) {
+      nlohmann::json j;
+      j["plain_loop"] = rows;
+      j["kv_swap"] = {{"tokens", tokens}, {"bytes", floats * sizeof(float)}, {"pinned", saved.data.pinned()},
+                      {"swap_in_gb_s", h2d}, {"swap_out_gb_s", d2h}, {"pool_allocations", pool.allocations},
+                      {"pool_reuses", pool.reuses}, {"pool_high_water_bytes", pool.high_water_bytes}};
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      std::printf("KV swap of %d tokens (%.1f MB, %s host memory): in %.2f GB/s, out %.2f GB/s (median of 5); "
+                  "pool: %llu allocations, %llu reuses\n",
+                  tokens, floats * sizeof(float) / 1e6, saved.data.pinned() ? "pinned" : "pageable", h2d, d2h,
+                  static_cast<unsigned long long>(pool.allocations), static_cast<unsigned long long>(pool.reuses));
+    }
+    return 0;
   }
   if (json) std::printf("%s\n", rows.dump(2).c_str());
   return 0;
@@ -236,7 +287,7 @@ int main(int argc, char** argv) {
     if (gen_given) agentic.max_tokens = gen;
     return hetero::bench::RunAgenticBench(agentic);
   }
-  if (transfer) return RunTransfer(json);
+  if (transfer) return RunTransfer(model_path, json);
   if (device != "cpu" && device != "gpu") return Fail("unknown device '" + device + "' (cpu or gpu)");
   if (device == "gpu" && (sessions > 0 || calibrate)) return Fail("--sessions and --calibrate run on the cpu");
   if (device == "gpu" && !hetero::QueryDevices().cuda.available) {

@@ -67,7 +67,7 @@ log "GPU tests exit $tests_rc"
 timeout 240 "$bin/hetero-bench" -m "$model" --device gpu -p 512 -n 128 -r 3 --batch 1,8,32 --json \
   >"$out/bench-gpu.json" 2>>"$out/run.log"
 log "GPU bench exit $?"
-timeout 60 "$bin/hetero-bench" --transfer --json >"$out/transfer.json" 2>>"$out/run.log"
+timeout 90 "$bin/hetero-bench" -m "$model" --transfer --json >"$out/transfer.json" 2>>"$out/run.log"
 log "transfer exit $?"
 timeout 120 "$bin/hetero-bench" -m "$model" --device cpu -p 512 -n 32 -r 1 --json \
   >"$out/bench-cpu.json" 2>>"$out/run.log"
@@ -98,10 +98,14 @@ for k, v in g.items():
         print(f"| {k} | {v['tok_s_median']:.1f} | {'' if cv is None else f'{cv:.1f}'} |")
 print(f"\nGPU backend: {g.get('backend')}; weights: {g.get('weights')}; CPU: {c.get('backend')}\n")
 tr = load("transfer.json")
-if isinstance(tr, list):
-    print("| bytes | host memory | H2D GB/s | D2H GB/s |\n| --- | --- | --- | --- |")
-    for r in tr:
-        print(f"| {r['bytes']} | {'pinned' if r['pinned'] else 'pageable'} | {r['h2d_gb_s']:.1f} | {r['d2h_gb_s']:.1f} |")
+rows = tr if isinstance(tr, list) else tr.get("plain_loop", [])
+print("| bytes | host memory | H2D GB/s | D2H GB/s |\n| --- | --- | --- | --- |")
+for r in rows:
+    print(f"| {r['bytes']} | {'pinned' if r['pinned'] else 'pageable'} plain loop | {r['h2d_gb_s']:.1f} | {r['d2h_gb_s']:.1f} |")
+kv = tr.get("kv_swap") if isinstance(tr, dict) else None
+if kv:
+    print(f"| {kv['bytes']} | KV swap of {kv['tokens']} tokens ({'pinned' if kv['pinned'] else 'pageable'} pool) | "
+          f"{kv['swap_in_gb_s']:.1f} | {kv['swap_out_gb_s']:.1f} |")
 PY
 log "done"
 cat "$out/summary.md"

@@ -176,12 +176,8 @@ cudaError_t LaunchGemvRows(const GemvLaunch& a, dim3 grid, dim3 block, cudaStrea
     GemvKernel<kFormat, 1, kSwiglu><<<grid, block, 0, stream>>>(a);
   } else if (a.rows <= 4) {
     GemvKernel<kFormat, 4, kSwiglu><<<grid, block, 0, stream>>>(a);
-  } else if (a.rows <= 8) {
-    GemvKernel<kFormat, 8, kSwiglu><<<grid, block, 0, stream>>>(a);
-  } else if (a.rows <= 16) {
-    GemvKernel<kFormat, 16, kSwiglu><<<grid, block, 0, stream>>>(a);
   } else {
-    GemvKernel<kFormat, 32, kSwiglu><<<grid, block, 0, stream>>>(a);
+    GemvKernel<kFormat, 8, kSwiglu><<<grid, block, 0, stream>>>(a);
   }
   return cudaGetLastError();
 }
@@ -413,7 +409,7 @@ void LaunchRopeAndStore(float* q, float* k, float* v, const float* q_bias, const
 void LaunchAttention(const float* q, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
                      const KvLayout& kv, int layer, float* out, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  if (rows <= kMaxGemvRows) {
+  if (rows <= kGraphMaxRows) {
     AttentionKernel<16><<<dim3(rows, n_heads), 32 * 16, 0, stream>>>(q, n_heads, n_kv_heads, head_dim, map, kv, layer,
                                                                       scale, out);
   } else {

@@ -12,8 +12,13 @@
 
 namespace hetero::gpu {
 
-// Rows a GEMV pass handles at once (decode batches); larger passes take cuBLAS.
-inline constexpr int kMaxGemvRows = 32;
+// Rows the GEMV kernel takes at once, and so the passes that use it: beyond 8 rows cuBLAS
+// is faster (on the H200, 2026-11-30, 32-row decode ran at 3718 tokens/s on this kernel
+// against 4876 on cuBLAS; docs/PERFORMANCE.md).
+inline constexpr int kMaxGemvRows = 8;
+inline constexpr int kGemvPassRows = kMaxGemvRows;
+// Passes of up to this many rows (decode batches) are captured as CUDA graphs.
+inline constexpr int kGraphMaxRows = 64;
 // Head dimensions the attention kernel supports: a multiple of 32, at most 32 * this.
 inline constexpr int kMaxHeadDimPerLane = 8;
 

@@ -1,7 +1,8 @@
 // The module's model runtime: weights uploaded once, a device KV pool in the CPU backend's
-// block layout, and a forward pass of own kernels plus cuBLAS. Decode-sized passes (at
-// most kMaxGemvRows rows) use only own kernels, with the layer norms, q/k/v and gate/up/SwiGLU
-// fused into GEMV launches, and are captured in a CUDA graph per shape and replayed; inputs
+// block layout, and a forward pass of own kernels plus cuBLAS. Small passes (at most
+// kGemvPassRows rows) use only own kernels, with the layer norms, q/k/v and gate/up/SwiGLU
+// fused into GEMV launches; decode batches up to kGraphMaxRows rows are captured in a CUDA
+// graph per shape (cuBLAS calls included) and replayed; inputs
 // reach the graph through one fixed device buffer, so a step costs one upload, one graph
 // launch, one download and one host synchronisation.
 #include <cublas_v2.h>
@@ -168,7 +169,7 @@ struct Model {
   cudaStream_t stream = nullptr;
   cudaStream_t copy_stream = nullptr;
   cublasHandle_t cublas = nullptr;
-  DeviceBuffer token_embd, output_norm, inv_freq, kv_pool;
+  DeviceBuffer token_embd, output_norm, inv_freq, kv_pool, cublas_workspace;
   Matrix output;
   std::vector<std::unique_ptr<Layer>> layers;
   KvLayout kv{};
@@ -178,7 +179,7 @@ struct Model {
   // so that one copy moves them: tokens, positions, seq_of_row, logit_rows (max_rows
   // each), then the block tables.
   DeviceBuffer inputs;
-  PinnedBuffer staging_in, staging_logits;
+  PinnedBuffer staging_in;
   int tables_capacity = 0;  // int32 entries
   // Captured decode graphs by (rows, logit rows, table stride).
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
@@ -191,7 +192,8 @@ struct Model {
   }
 
   size_t device_bytes() const {
-    size_t total = token_embd.bytes + output_norm.bytes + inv_freq.bytes + kv_pool.bytes + output.device_bytes();
+    size_t total = token_embd.bytes + output_norm.bytes + inv_freq.bytes + kv_pool.bytes + cublas_workspace.bytes +
+                   output.device_bytes();
     for (const auto& l : layers) {
       total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes;
       for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) total += m->device_bytes();
@@ -220,6 +222,9 @@ struct Model {
     HETERO_CUDA_TRY(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking));
     HETERO_CUBLAS_TRY(cublasCreate(&cublas));
     HETERO_CUBLAS_TRY(cublasSetStream(cublas, stream));
+    // A workspace of our own, so cuBLAS allocates nothing inside a graph capture.
+    HETERO_FAILURE_TRY(cublas_workspace.Allocate(size_t{32} << 20, "cudaMalloc(cuBLAS workspace)"));
+    HETERO_CUBLAS_TRY(cublasSetWorkspace(cublas, cublas_workspace.ptr, cublas_workspace.bytes));
     HETERO_FAILURE_TRY(token_embd.Upload(c.token_embd_f16, static_cast<size_t>(c.n_vocab) * c.n_embd * sizeof(__half),
                                          "cudaMalloc(token embeddings)"));
     HETERO_FAILURE_TRY(output_norm.Upload(c.output_norm, c.n_embd * sizeof(float), "cudaMalloc(output norm)"));
@@ -269,7 +274,6 @@ struct Model {
     HETERO_FAILURE_TRY(tmp.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(half_in.Allocate(rows * widest * sizeof(__half), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(logits.Allocate(rows * c.n_vocab * sizeof(float), "cudaMalloc(logits)"));
-    HETERO_FAILURE_TRY(staging_logits.Allocate(rows * c.n_vocab * sizeof(float)));
     return {};
   }
 
@@ -326,7 +330,7 @@ struct Model {
     RowMap map{input_at(0), input_at(1), input_at(2), input_at(4), table_stride};
     const int32_t* logit_index = input_at(3);
     RopeArgs rope{c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox != 0, inv_freq.as<double>()};
-    const bool decode = n_rows <= kMaxGemvRows;
+    const bool decode = n_rows <= kGemvPassRows;
     float* xs = x.as<float>();
     LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, xs, stream);
     for (int i = 0; i < c.n_layers; ++i) {
@@ -359,7 +363,7 @@ struct Model {
     }
     LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
                   stream);
-    if (n_logit_rows <= kMaxGemvRows) {
+    if (n_logit_rows <= kGemvPassRows) {
       HETERO_FAILURE_TRY(Gemv({{&output, logits.as<float>()}}, h.as<float>(), n_logit_rows, false, nullptr));
     } else {
       HETERO_FAILURE_TRY(MatMul(output, h.as<float>(), n_logit_rows, logits.as<float>(), false));
@@ -417,7 +421,7 @@ struct Model {
     std::memcpy(staged + 4 * stride, a.block_tables, table_entries * sizeof(int32_t));
     HETERO_CUDA_TRY(cudaMemcpyAsync(inputs.ptr, staged, (4 * stride + table_entries) * sizeof(int32_t),
                                     cudaMemcpyHostToDevice, stream));
-    if (a.n_rows <= kMaxGemvRows) {
+    if (a.n_rows <= kGraphMaxRows) {
       const auto key = std::make_tuple(a.n_rows, a.n_logit_rows, a.table_stride);
       auto it = graphs.find(key);
       if (it == graphs.end()) {
@@ -441,9 +445,9 @@ struct Model {
       HETERO_FAILURE_TRY(Enqueue(a.n_rows, a.n_logit_rows, a.table_stride));
     }
     const size_t logit_bytes = static_cast<size_t>(a.n_logit_rows) * c.n_vocab * sizeof(float);
-    HETERO_CUDA_TRY(cudaMemcpyAsync(staging_logits.ptr, logits.ptr, logit_bytes, cudaMemcpyDeviceToHost, stream));
+    // Straight into the caller's memory: no second host copy of every logit.
+    HETERO_CUDA_TRY(cudaMemcpyAsync(a.logits, logits.ptr, logit_bytes, cudaMemcpyDeviceToHost, stream));
     HETERO_CUDA_TRY(cudaStreamSynchronize(stream));
-    std::memcpy(a.logits, staging_logits.ptr, logit_bytes);
     return {};
   }
 
