@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps) GemvKernel(GemvLaunch a) {
         v = v / (1.0f + expf(-v)) * up;
       }
       if (lane == 0) {
-        float* out = s.out + static_cast<size_t>(m) * s.n + j;
+        float* out = s.out + static_cast<size_t>(m) * s.ld + j;
         *out = s.accumulate ? *out + v : v;
       }
     }
@@ -203,10 +203,10 @@ __global__ void EmbedKernel(const __half* __restrict__ table, const int32_t* __r
 }
 
 __global__ void RmsNormKernel(const float* __restrict__ x, const int32_t* __restrict__ index,
-                              const float* __restrict__ weight, int n, float eps, float* __restrict__ out) {
+                              const float* __restrict__ weight, int n, float eps, float* __restrict__ out,
+                              __half* __restrict__ out_half) {
   const int src_row = index != nullptr ? index[blockIdx.x] : blockIdx.x;
   const float* row = x + static_cast<size_t>(src_row) * n;
-  float* dst = out + static_cast<size_t>(blockIdx.x) * n;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += row[i] * row[i];
   __shared__ float partial[32];
@@ -220,7 +220,15 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const int32_t* __rest
   }
   __syncthreads();
   const float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = row[i] * scale * weight[i];
+  const size_t base = static_cast<size_t>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i] * scale * weight[i];
+    if (out_half != nullptr) {
+      out_half[base + i] = __float2half_rn(v);
+    } else {
+      out[base + i] = v;
+    }
+  }
 }
 
 __global__ void ToHalfKernel(const float* __restrict__ x, size_t count, __half* __restrict__ out) {
@@ -230,11 +238,19 @@ __global__ void ToHalfKernel(const float* __restrict__ x, size_t count, __half* 
   }
 }
 
-__global__ void SiluMulKernel(float* __restrict__ gate, const float* __restrict__ up, size_t count) {
+__global__ void SiluMulKernel(const float* __restrict__ gate_up, int rows, int n_ff, float* __restrict__ out,
+                              __half* __restrict__ out_half) {
+  const size_t count = static_cast<size_t>(rows) * n_ff;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + expf(-g)) * up[i];
+    const size_t r = i / n_ff, c = i % n_ff;
+    const float g = gate_up[r * 2 * n_ff + c];
+    const float v = g / (1.0f + expf(-g)) * gate_up[r * 2 * n_ff + n_ff + c];
+    if (out_half != nullptr) {
+      out_half[i] = __float2half_rn(v);
+    } else {
+      out[i] = v;
+    }
   }
 }
 
@@ -261,14 +277,14 @@ __device__ void RotateHeads(float* v, int heads, int head_dim, int rope_dim, boo
   }
 }
 
-__global__ void RopeAndStoreKernel(float* q, float* k, float* v, const float* q_bias, const float* k_bias,
+__global__ void RopeAndStoreKernel(float* qkv, int qkv_stride, const float* q_bias, const float* k_bias,
                                    const float* v_bias, RopeArgs rope, RowMap map, KvLayout kv, int layer) {
   const int r = blockIdx.x;
   const int qd = rope.n_heads * rope.head_dim;
   const int kvd = rope.n_kv_heads * rope.head_dim;
-  float* qr = q + static_cast<size_t>(r) * qd;
-  float* kr = k + static_cast<size_t>(r) * kvd;
-  float* vr = v + static_cast<size_t>(r) * kvd;
+  float* qr = qkv + static_cast<size_t>(r) * qkv_stride;
+  float* kr = qr + qd;
+  float* vr = kr + kvd;
   AddBias(qr, q_bias, qd);
   AddBias(kr, k_bias, kvd);
   AddBias(vr, v_bias, kvd);
@@ -292,13 +308,13 @@ __global__ void RopeAndStoreKernel(float* q, float* k, float* v, const float* q_
 // softmax, and the warps' partial results are merged at the end. Decode rows get many warps
 // (few blocks, long key runs), prompt rows few (many blocks already).
 template <int kAttentionWarps>
-__global__ void AttentionKernel(const float* __restrict__ q, int n_heads, int n_kv_heads, int head_dim, RowMap map,
+__global__ void AttentionKernel(const float* __restrict__ q, int q_stride, int n_heads, int n_kv_heads, int head_dim, RowMap map,
                                 KvLayout kv, int layer, float scale, float* __restrict__ out) {
   const int r = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int per_lane = head_dim / 32;
   const int g = h / (n_heads / n_kv_heads);
-  const float* qv = q + (static_cast<size_t>(r) * n_heads + h) * head_dim;
+  const float* qv = q + static_cast<size_t>(r) * q_stride + static_cast<size_t>(h) * head_dim;
   float qreg[kMaxHeadDimPerLane], acc[kMaxHeadDimPerLane];
 #pragma unroll
   for (int t = 0; t < kMaxHeadDimPerLane; ++t) {
@@ -388,33 +404,34 @@ void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_emb
 }
 
 void LaunchRmsNorm(const float* x, const int32_t* index, const float* weight, int rows, int n, float eps, float* out,
-                   cudaStream_t stream) {
-  RmsNormKernel<<<rows, 256, 0, stream>>>(x, index, weight, n, eps, out);
+                   __half* out_half, cudaStream_t stream) {
+  RmsNormKernel<<<rows, 256, 0, stream>>>(x, index, weight, n, eps, out, out_half);
 }
 
 void LaunchToHalf(const float* x, size_t count, __half* out, cudaStream_t stream) {
   ToHalfKernel<<<GridFor(count, 256), 256, 0, stream>>>(x, count, out);
 }
 
-void LaunchSiluMul(float* gate, const float* up, size_t count, cudaStream_t stream) {
-  SiluMulKernel<<<GridFor(count, 256), 256, 0, stream>>>(gate, up, count);
+void LaunchSiluMul(const float* gate_up, int rows, int n_ff, float* out, __half* out_half, cudaStream_t stream) {
+  SiluMulKernel<<<GridFor(static_cast<size_t>(rows) * n_ff, 256), 256, 0, stream>>>(gate_up, rows, n_ff, out,
+                                                                                     out_half);
 }
 
-void LaunchRopeAndStore(float* q, float* k, float* v, const float* q_bias, const float* k_bias, const float* v_bias,
+void LaunchRopeAndStore(float* qkv, int qkv_stride, const float* q_bias, const float* k_bias, const float* v_bias,
                         int rows, const RopeArgs& rope, const RowMap& map, const KvLayout& kv, int layer,
                         cudaStream_t stream) {
-  RopeAndStoreKernel<<<rows, 256, 0, stream>>>(q, k, v, q_bias, k_bias, v_bias, rope, map, kv, layer);
+  RopeAndStoreKernel<<<rows, 256, 0, stream>>>(qkv, qkv_stride, q_bias, k_bias, v_bias, rope, map, kv, layer);
 }
 
-void LaunchAttention(const float* q, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
-                     const KvLayout& kv, int layer, float* out, cudaStream_t stream) {
+void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim,
+                     const RowMap& map, const KvLayout& kv, int layer, float* out, cudaStream_t stream) {
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   if (rows <= kGraphMaxRows) {
-    AttentionKernel<16><<<dim3(rows, n_heads), 32 * 16, 0, stream>>>(q, n_heads, n_kv_heads, head_dim, map, kv, layer,
-                                                                      scale, out);
+    AttentionKernel<16><<<dim3(rows, n_heads), 32 * 16, 0, stream>>>(q, q_stride, n_heads, n_kv_heads, head_dim, map,
+                                                                      kv, layer, scale, out);
   } else {
-    AttentionKernel<4><<<dim3(rows, n_heads), 32 * 4, 0, stream>>>(q, n_heads, n_kv_heads, head_dim, map, kv, layer,
-                                                                    scale, out);
+    AttentionKernel<4><<<dim3(rows, n_heads), 32 * 4, 0, stream>>>(q, q_stride, n_heads, n_kv_heads, head_dim, map, kv,
+                                                                    layer, scale, out);
   }
 }
 

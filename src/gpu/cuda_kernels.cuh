@@ -42,8 +42,9 @@ struct RowMap {
 // One matrix of a GEMV launch: y[m * n + j] (+)= sum_i W[j, i] x'[m, i].
 struct GemvSegment {
   const void* weights;  // GGUF blocks (format 2 Q4_0, 3 Q4_1, 8 Q8_0) or float16 rows (format 1)
-  float* out;
+  float* out;           // row m at out + m * ld
   int n;
+  int ld;
   bool accumulate;      // add to `out` (the residual stream) instead of overwriting it
 };
 // Up to three matrices of one format and input width multiplied by the same rows in one
@@ -64,22 +65,27 @@ struct GemvLaunch {
 cudaError_t LaunchGemv(const GemvLaunch& launch, cudaStream_t stream);
 
 void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream);
-// out[r] = x[index ? index[r] : r] normalised by its RMS, times weight.
+// out[r] = x[index ? index[r] : r] normalised by its RMS, times weight; into `out` (float)
+// or, when given, `out_half`.
 void LaunchRmsNorm(const float* x, const int32_t* index, const float* weight, int rows, int n, float eps, float* out,
-                   cudaStream_t stream);
+                   __half* out_half, cudaStream_t stream);
 void LaunchToHalf(const float* x, size_t count, __half* out, cudaStream_t stream);
-void LaunchSiluMul(float* gate, const float* up, size_t count, cudaStream_t stream);
-// Adds biases (may be null), rotates q and k, and stores k and v into the KV blocks.
+// silu(gate_up[r, i]) * gate_up[r, n_ff + i] (rows of 2 n_ff in, n_ff out) into `out` or,
+// when given, `out_half`.
+void LaunchSiluMul(const float* gate_up, int rows, int n_ff, float* out, __half* out_half, cudaStream_t stream);
+// Rows of `qkv` hold q, k and v side by side (row stride `qkv_stride`). Adds biases (may be
+// null), rotates q and k, and stores k and v into the KV blocks.
 struct RopeArgs {
   int n_heads, n_kv_heads, head_dim, rope_dim;
   bool neox;
   const double* inv_freq;  // rope_dim / 2, device
 };
-void LaunchRopeAndStore(float* q, float* k, float* v, const float* q_bias, const float* k_bias, const float* v_bias,
+void LaunchRopeAndStore(float* qkv, int qkv_stride, const float* q_bias, const float* k_bias, const float* v_bias,
                         int rows, const RopeArgs& rope, const RowMap& map, const KvLayout& kv, int layer,
                         cudaStream_t stream);
-// out[r, h] = softmax(q k^T / sqrt(d)) v over the row's keys 0..positions[r].
-void LaunchAttention(const float* q, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
+// out[r, h] = softmax(q k^T / sqrt(d)) v over the row's keys 0..positions[r]; row r's
+// queries at q + r * q_stride.
+void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
                      const KvLayout& kv, int layer, float* out, cudaStream_t stream);
 
 }  // namespace hetero::gpu

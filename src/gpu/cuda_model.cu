@@ -130,10 +130,12 @@ struct PinnedBuffer {
 struct Matrix {
   int format = 0;
   int rows = 0, cols = 0;
-  DeviceBuffer blocks;  // quantized blocks (none for F16)
-  DeviceBuffer f16;     // rows x cols half
+  DeviceBuffer blocks;    // quantized blocks (none for F16)
+  DeviceBuffer own_f16;   // the float16 copy, unless it lives in a layer's fused buffer
+  const __half* f16 = nullptr;
 
-  Failure Upload(const hetero_cuda_matrix& m, const char* name) {
+  // Uploads `m`, its float16 copy to `f16_dest` when given (room for rows x cols).
+  Failure Upload(const hetero_cuda_matrix& m, const char* name, __half* f16_dest = nullptr) {
     if (m.rows <= 0 || m.cols <= 0 || m.cols % 32 != 0 || m.f16 == nullptr) {
       return Invalid(std::string("matrix ") + name + ": bad shape or no float16 copy");
     }
@@ -152,13 +154,24 @@ struct Matrix {
       }
       HETERO_FAILURE_TRY(blocks.Upload(m.blocks, expected, "cudaMalloc(weight blocks)"));
     }
-    return f16.Upload(m.f16, static_cast<size_t>(rows) * cols * sizeof(__half), "cudaMalloc(float16 weights)");
+    const size_t bytes = static_cast<size_t>(rows) * cols * sizeof(__half);
+    if (f16_dest != nullptr) {
+      HETERO_CUDA_TRY(cudaMemcpy(f16_dest, m.f16, bytes, cudaMemcpyHostToDevice));
+      f16 = f16_dest;
+      return {};
+    }
+    HETERO_FAILURE_TRY(own_f16.Upload(m.f16, bytes, "cudaMalloc(float16 weights)"));
+    f16 = own_f16.as<__half>();
+    return {};
   }
-  size_t device_bytes() const { return blocks.bytes + f16.bytes; }
+  const void* gemv_weights() const { return format == HETERO_CUDA_WEIGHTS_F16 ? static_cast<const void*>(f16) : blocks.ptr; }
+  size_t device_bytes() const { return blocks.bytes + own_f16.bytes; }
 };
 
 struct Layer {
   DeviceBuffer attn_norm, ffn_norm, q_bias, k_bias, v_bias;
+  // Float16 copies of [q; k; v] and [gate; up], each one matrix for cuBLAS.
+  DeviceBuffer qkv_f16, gate_up_f16;
   Matrix q, k, v, o, gate, up, down;
 };
 
@@ -174,7 +187,10 @@ struct Model {
   std::vector<std::unique_ptr<Layer>> layers;
   KvLayout kv{};
   // Scratch for max_rows rows.
-  DeviceBuffer x, h, q, k, v, att, gate, up, tmp, half_in, logits;
+  // x: the residual stream; h: the final norm's rows; qkv: q, k, v side by side; att:
+  // attention output; ffn: SwiGLU output (GEMV path); gate_up: the fused GEMM's output;
+  // half_in: float16 input of the next cuBLAS GEMM.
+  DeviceBuffer x, h, qkv, att, ffn, gate_up, half_in, logits;
   // Inputs at fixed device addresses (the captured graphs read them there), in one buffer
   // so that one copy moves them: tokens, positions, seq_of_row, logit_rows (max_rows
   // each), then the block tables.
@@ -195,10 +211,11 @@ struct Model {
     size_t total = token_embd.bytes + output_norm.bytes + inv_freq.bytes + kv_pool.bytes + cublas_workspace.bytes +
                    output.device_bytes();
     for (const auto& l : layers) {
-      total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes;
+      total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes +
+               l->qkv_f16.bytes + l->gate_up_f16.bytes;
       for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) total += m->device_bytes();
     }
-    for (const DeviceBuffer* b : {&x, &h, &q, &k, &v, &att, &gate, &up, &tmp, &half_in, &logits, &inputs}) {
+    for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &inputs}) {
       total += b->bytes;
     }
     return total;
@@ -240,17 +257,30 @@ struct Model {
       if (src.q_bias != nullptr) HETERO_FAILURE_TRY(l->q_bias.Upload(src.q_bias, qd * sizeof(float), "cudaMalloc(bias)"));
       if (src.k_bias != nullptr) HETERO_FAILURE_TRY(l->k_bias.Upload(src.k_bias, kvd * sizeof(float), "cudaMalloc(bias)"));
       if (src.v_bias != nullptr) HETERO_FAILURE_TRY(l->v_bias.Upload(src.v_bias, kvd * sizeof(float), "cudaMalloc(bias)"));
-      HETERO_FAILURE_TRY(l->q.Upload(src.q, "q"));
-      HETERO_FAILURE_TRY(l->k.Upload(src.k, "k"));
-      HETERO_FAILURE_TRY(l->v.Upload(src.v, "v"));
-      HETERO_FAILURE_TRY(l->o.Upload(src.o, "o"));
-      HETERO_FAILURE_TRY(l->gate.Upload(src.gate, "gate"));
-      HETERO_FAILURE_TRY(l->up.Upload(src.up, "up"));
-      HETERO_FAILURE_TRY(l->down.Upload(src.down, "down"));
-      if (l->q.rows != qd || l->k.rows != kvd || l->v.rows != kvd || l->o.rows != c.n_embd || l->gate.rows != c.n_ff ||
-          l->up.rows != c.n_ff || l->down.rows != c.n_embd || l->down.cols != c.n_ff || l->q.cols != c.n_embd) {
-        return Invalid("layer " + std::to_string(i) + ": matrix shapes do not match the model description");
+      // Shapes first: the fused buffers are filled at fixed offsets.
+      const struct {
+        const hetero_cuda_matrix& m;
+        int rows, cols;
+      } expect[] = {{src.q, qd, c.n_embd},     {src.k, kvd, c.n_embd},  {src.v, kvd, c.n_embd}, {src.o, c.n_embd, qd},
+                    {src.gate, c.n_ff, c.n_embd}, {src.up, c.n_ff, c.n_embd}, {src.down, c.n_embd, c.n_ff}};
+      for (const auto& e : expect) {
+        if (e.m.rows != e.rows || e.m.cols != e.cols) {
+          return Invalid("layer " + std::to_string(i) + ": matrix shapes do not match the model description");
+        }
       }
+      HETERO_FAILURE_TRY(l->qkv_f16.Allocate(static_cast<size_t>(qd + 2 * kvd) * c.n_embd * sizeof(__half),
+                                             "cudaMalloc(float16 weights)"));
+      HETERO_FAILURE_TRY(l->gate_up_f16.Allocate(2 * static_cast<size_t>(c.n_ff) * c.n_embd * sizeof(__half),
+                                                 "cudaMalloc(float16 weights)"));
+      __half* qkv = l->qkv_f16.as<__half>();
+      __half* gate_up = l->gate_up_f16.as<__half>();
+      HETERO_FAILURE_TRY(l->q.Upload(src.q, "q", qkv));
+      HETERO_FAILURE_TRY(l->k.Upload(src.k, "k", qkv + static_cast<size_t>(qd) * c.n_embd));
+      HETERO_FAILURE_TRY(l->v.Upload(src.v, "v", qkv + static_cast<size_t>(qd + kvd) * c.n_embd));
+      HETERO_FAILURE_TRY(l->o.Upload(src.o, "o"));
+      HETERO_FAILURE_TRY(l->gate.Upload(src.gate, "gate", gate_up));
+      HETERO_FAILURE_TRY(l->up.Upload(src.up, "up", gate_up + static_cast<size_t>(c.n_ff) * c.n_embd));
+      HETERO_FAILURE_TRY(l->down.Upload(src.down, "down"));
       layers.push_back(std::move(l));
     }
     kv.block_tokens = c.kv_block_tokens;
@@ -265,13 +295,10 @@ struct Model {
                                             static_cast<size_t>(c.n_ff)});
     HETERO_FAILURE_TRY(x.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(h.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
-    HETERO_FAILURE_TRY(q.Allocate(rows * qd * sizeof(float), "cudaMalloc(scratch)"));
-    HETERO_FAILURE_TRY(k.Allocate(rows * kvd * sizeof(float), "cudaMalloc(scratch)"));
-    HETERO_FAILURE_TRY(v.Allocate(rows * kvd * sizeof(float), "cudaMalloc(scratch)"));
+    HETERO_FAILURE_TRY(qkv.Allocate(rows * (qd + 2 * kvd) * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(att.Allocate(rows * qd * sizeof(float), "cudaMalloc(scratch)"));
-    HETERO_FAILURE_TRY(gate.Allocate(rows * c.n_ff * sizeof(float), "cudaMalloc(scratch)"));
-    HETERO_FAILURE_TRY(up.Allocate(rows * c.n_ff * sizeof(float), "cudaMalloc(scratch)"));
-    HETERO_FAILURE_TRY(tmp.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
+    HETERO_FAILURE_TRY(ffn.Allocate(rows * c.n_ff * sizeof(float), "cudaMalloc(scratch)"));
+    HETERO_FAILURE_TRY(gate_up.Allocate(rows * 2 * c.n_ff * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(half_in.Allocate(rows * widest * sizeof(__half), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(logits.Allocate(rows * c.n_vocab * sizeof(float), "cudaMalloc(logits)"));
     return {};
@@ -279,10 +306,15 @@ struct Model {
 
   int32_t* input_at(int slot) const { return inputs.as<int32_t>() + static_cast<size_t>(slot) * desc.max_rows; }
 
-  // Own GEMV over decode-sized batches: `mats` multiplied by the same rows in one launch
+  // Own GEMV over decode-sized batches: matrices multiplied by the same rows in one launch
   // where they share a format (else one launch each); `norm` fuses the RMSNorm before.
-  Failure Gemv(std::initializer_list<std::pair<const Matrix*, float*>> mats, const float* in, int rows, bool accumulate,
-               const float* norm, bool swiglu = false) {
+  struct Target {
+    const Matrix* m;
+    float* out;
+    int ld;
+  };
+  Failure Gemv(std::initializer_list<Target> mats, const float* in, int rows, bool accumulate, const float* norm,
+               bool swiglu = false) {
     GemvLaunch launch;
     launch.x = in;
     launch.rows = rows;
@@ -290,37 +322,37 @@ struct Model {
     launch.eps = desc.rms_norm_eps;
     launch.swiglu = swiglu;
     bool same = true;
-    for (const auto& [m, out] : mats) same = same && m->format == mats.begin()->first->format;
-    auto segment = [&](const Matrix& m, float* out) {
-      return GemvSegment{m.format == HETERO_CUDA_WEIGHTS_F16 ? m.f16.ptr : m.blocks.ptr, out, m.rows, accumulate};
-    };
+    for (const Target& t : mats) same = same && t.m->format == mats.begin()->m->format;
     if (same) {
-      launch.format = mats.begin()->first->format;
-      launch.k = mats.begin()->first->cols;
-      for (const auto& [m, out] : mats) launch.segments[launch.n_segments++] = segment(*m, out);
+      launch.format = mats.begin()->m->format;
+      launch.k = mats.begin()->m->cols;
+      for (const Target& t : mats) {
+        launch.segments[launch.n_segments++] = GemvSegment{t.m->gemv_weights(), t.out, t.m->rows, t.ld, accumulate};
+      }
       HETERO_CUDA_TRY(LaunchGemv(launch, stream));
       return {};
     }
-    if (swiglu) {  // mixed formats: gate and up apart, then the product
-      const Matrix& g = *mats.begin()->first;
-      const Matrix& u = *(mats.begin() + 1)->first;
-      HETERO_FAILURE_TRY(Gemv({{&g, gate.as<float>()}}, in, rows, false, norm));
-      HETERO_FAILURE_TRY(Gemv({{&u, up.as<float>()}}, in, rows, false, norm));
-      LaunchSiluMul(gate.as<float>(), up.as<float>(), static_cast<size_t>(rows) * g.rows, stream);
+    if (swiglu) {  // mixed formats: gate and up side by side, then the product, then back to float
+      const Target& g = *mats.begin();
+      const Target& u = *(mats.begin() + 1);
+      const int n_ff = g.m->rows;
+      HETERO_FAILURE_TRY(Gemv({{g.m, gate_up.as<float>(), 2 * n_ff}}, in, rows, false, norm));
+      HETERO_FAILURE_TRY(Gemv({{u.m, gate_up.as<float>() + n_ff, 2 * n_ff}}, in, rows, false, norm));
+      LaunchSiluMul(gate_up.as<float>(), rows, n_ff, g.out, nullptr, stream);
       return {};
     }
-    for (const auto& [m, out] : mats) HETERO_FAILURE_TRY(Gemv({{m, out}}, in, rows, accumulate, norm));
+    for (const Target& t : mats) HETERO_FAILURE_TRY(Gemv({t}, in, rows, accumulate, norm));
     return {};
   }
 
-  // y (+)= x W^T through cuBLAS in float16 (prompt passes).
-  Failure MatMul(const Matrix& w, const float* in, int rows, float* out, bool accumulate) {
-    LaunchToHalf(in, static_cast<size_t>(rows) * w.cols, half_in.as<__half>(), stream);
+  // out (+)= in W^T over `rows` float16 rows through cuBLAS, W float16 (n x k, row-major),
+  // out rows `ldc` floats apart.
+  Failure MatMul(const __half* w, int n, int k, const __half* in, int rows, float* out, int ldc, bool accumulate) {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    // Row-major y (rows x n) = x (rows x k) W^T, as column-major y^T = W x^T.
-    HETERO_CUBLAS_TRY(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, rows, w.cols, &alpha, w.f16.ptr, CUDA_R_16F,
-                                   w.cols, half_in.ptr, CUDA_R_16F, w.cols, &beta, out, CUDA_R_32F, w.rows,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    // Row-major out (rows x n) = in (rows x k) W^T, as column-major out^T = W in^T.
+    HETERO_CUBLAS_TRY(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, CUDA_R_16F, k, in,
+                                   CUDA_R_16F, k, &beta, out, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
     return {};
   }
 
@@ -330,43 +362,47 @@ struct Model {
     RowMap map{input_at(0), input_at(1), input_at(2), input_at(4), table_stride};
     const int32_t* logit_index = input_at(3);
     RopeArgs rope{c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox != 0, inv_freq.as<double>()};
-    const bool decode = n_rows <= kGemvPassRows;
+    const bool gemv = n_rows <= kGemvPassRows;
+    const int qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim, qkv_stride = qd + 2 * kvd;
     float* xs = x.as<float>();
+    float* q = qkv.as<float>();
+    __half* h16 = half_in.as<__half>();
     LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, xs, stream);
     for (int i = 0; i < c.n_layers; ++i) {
       Layer& l = *layers[i];
-      if (decode) {
-        HETERO_FAILURE_TRY(Gemv({{&l.q, q.as<float>()}, {&l.k, k.as<float>()}, {&l.v, v.as<float>()}}, xs, n_rows, false,
-                                l.attn_norm.as<float>()));
+      if (gemv) {
+        HETERO_FAILURE_TRY(Gemv({{&l.q, q, qkv_stride}, {&l.k, q + qd, qkv_stride}, {&l.v, q + qd + kvd, qkv_stride}},
+                                xs, n_rows, false, l.attn_norm.as<float>()));
       } else {
-        LaunchRmsNorm(xs, nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, h.as<float>(), stream);
-        HETERO_FAILURE_TRY(MatMul(l.q, h.as<float>(), n_rows, q.as<float>(), false));
-        HETERO_FAILURE_TRY(MatMul(l.k, h.as<float>(), n_rows, k.as<float>(), false));
-        HETERO_FAILURE_TRY(MatMul(l.v, h.as<float>(), n_rows, v.as<float>(), false));
+        LaunchRmsNorm(xs, nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.qkv_f16.as<__half>(), qkv_stride, c.n_embd, h16, n_rows, q, qkv_stride, false));
       }
-      LaunchRopeAndStore(q.as<float>(), k.as<float>(), v.as<float>(), l.q_bias.as<float>(), l.k_bias.as<float>(),
-                         l.v_bias.as<float>(), n_rows, rope, map, kv, i, stream);
-      LaunchAttention(q.as<float>(), n_rows, c.n_heads, c.n_kv_heads, c.head_dim, map, kv, i, att.as<float>(), stream);
-      if (decode) {
-        HETERO_FAILURE_TRY(Gemv({{&l.o, xs}}, att.as<float>(), n_rows, true, nullptr));
-        HETERO_FAILURE_TRY(Gemv({{&l.gate, gate.as<float>()}, {&l.up, up.as<float>()}}, xs, n_rows, false,
+      LaunchRopeAndStore(q, qkv_stride, l.q_bias.as<float>(), l.k_bias.as<float>(), l.v_bias.as<float>(), n_rows, rope,
+                         map, kv, i, stream);
+      LaunchAttention(q, qkv_stride, n_rows, c.n_heads, c.n_kv_heads, c.head_dim, map, kv, i, att.as<float>(), stream);
+      if (gemv) {
+        HETERO_FAILURE_TRY(Gemv({{&l.o, xs, c.n_embd}}, att.as<float>(), n_rows, true, nullptr));
+        HETERO_FAILURE_TRY(Gemv({{&l.gate, ffn.as<float>(), c.n_ff}, {&l.up, nullptr, c.n_ff}}, xs, n_rows, false,
                                 l.ffn_norm.as<float>(), /*swiglu=*/true));
-        HETERO_FAILURE_TRY(Gemv({{&l.down, xs}}, gate.as<float>(), n_rows, true, nullptr));
+        HETERO_FAILURE_TRY(Gemv({{&l.down, xs, c.n_embd}}, ffn.as<float>(), n_rows, true, nullptr));
       } else {
-        HETERO_FAILURE_TRY(MatMul(l.o, att.as<float>(), n_rows, xs, true));
-        LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, h.as<float>(), stream);
-        HETERO_FAILURE_TRY(MatMul(l.gate, h.as<float>(), n_rows, gate.as<float>(), false));
-        HETERO_FAILURE_TRY(MatMul(l.up, h.as<float>(), n_rows, up.as<float>(), false));
-        LaunchSiluMul(gate.as<float>(), up.as<float>(), static_cast<size_t>(n_rows) * c.n_ff, stream);
-        HETERO_FAILURE_TRY(MatMul(l.down, gate.as<float>(), n_rows, xs, true));
+        LaunchToHalf(att.as<float>(), static_cast<size_t>(n_rows) * qd, h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.o.f16, c.n_embd, qd, h16, n_rows, xs, c.n_embd, true));
+        LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
+                                  2 * c.n_ff, false));
+        LaunchSiluMul(gate_up.as<float>(), n_rows, c.n_ff, nullptr, h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, xs, c.n_embd, true));
       }
     }
-    LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
-                  stream);
     if (n_logit_rows <= kGemvPassRows) {
-      HETERO_FAILURE_TRY(Gemv({{&output, logits.as<float>()}}, h.as<float>(), n_logit_rows, false, nullptr));
+      LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
+                    nullptr, stream);
+      HETERO_FAILURE_TRY(Gemv({{&output, logits.as<float>(), c.n_vocab}}, h.as<float>(), n_logit_rows, false, nullptr));
     } else {
-      HETERO_FAILURE_TRY(MatMul(output, h.as<float>(), n_logit_rows, logits.as<float>(), false));
+      LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, nullptr, h16,
+                    stream);
+      HETERO_FAILURE_TRY(MatMul(output.f16, c.n_vocab, c.n_embd, h16, n_logit_rows, logits.as<float>(), c.n_vocab, false));
     }
     HETERO_CUDA_TRY(cudaGetLastError());
     return {};
