@@ -351,10 +351,11 @@ int main(int argc, char** argv) {
       const hetero::SequenceId id = *seq;
       int32_t token = static_cast<int32_t>(rng() % V);
       const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < gen; ++i) {
-        absl::Status s = b.Decode({&id, 1}, {&token, 1}, absl::MakeSpan(logits));
+      for (int i = 0; i < gen; ++i) {  // greedy, chosen where the backend decodes
+        int32_t next = 0;
+        absl::Status s = b.DecodeGreedy({&id, 1}, {&token, 1}, {&next, 1});
         if (!s.ok()) return Fail(std::string(s.message()));
-        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        token = next;
       }
       const auto end = std::chrono::steady_clock::now();
       if (rep > 0) tg_rates.push_back(gen / Seconds(start, end));
@@ -369,7 +370,6 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < reps + 1; ++rep) {
       std::vector<hetero::SequenceId> seqs;
       std::vector<int32_t> tokens(batch);
-      std::vector<float> batch_logits(static_cast<size_t>(batch) * V);
       for (int i = 0; i < batch; ++i) {
         auto seq = b.NewSequence();
         if (!seq.ok()) return Fail(std::string(seq.status().message()));
@@ -381,13 +381,11 @@ int main(int argc, char** argv) {
         tokens[i] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       const auto start = std::chrono::steady_clock::now();
+      std::vector<int32_t> next(batch);
       for (int step = 0; step < gen; ++step) {
-        absl::Status s = b.Decode(seqs, tokens, absl::MakeSpan(batch_logits));
+        absl::Status s = b.DecodeGreedy(seqs, tokens, absl::MakeSpan(next));
         if (!s.ok()) return Fail(std::string(s.message()));
-        for (int i = 0; i < batch; ++i) {
-          const float* row = batch_logits.data() + static_cast<size_t>(i) * V;
-          tokens[i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
-        }
+        tokens.swap(next);
       }
       const auto end = std::chrono::steady_clock::now();
       if (rep > 0) rates.push_back(static_cast<double>(batch) * gen / Seconds(start, end));

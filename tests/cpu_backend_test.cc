@@ -316,6 +316,33 @@ TEST(CpuBackendTest, SwapOutAndInPreservesTheCache) {
   EXPECT_THAT(b.SwapIn(bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// The default DecodeGreedy (decode, then the first largest logit) on the CPU backend.
+TEST(CpuBackendTest, DecodeGreedyChoosesTheLargestLogit) {
+  testing::TinyModelOptions o;
+  auto model = Model::Load(testing::WriteTinyModel(o, "greedy.gguf"));
+  ASSERT_TRUE(model.ok());
+  auto backend = CpuBackend::Create(**model, TestOptions());
+  ASSERT_TRUE(backend.ok());
+  CpuBackend& b = **backend;
+  const int V = b.vocab_size();
+  const SequenceId s1 = *b.NewSequence(), s2 = *b.NewSequence(), g1 = *b.NewSequence(), g2 = *b.NewSequence();
+  std::vector<float> logits(2 * V), scratch(V);
+  const std::vector<int32_t> p1 = {5, 9, 2}, p2 = {7};
+  for (SequenceId s : {s1, g1}) ASSERT_TRUE(b.Prefill(s, p1, absl::MakeSpan(scratch)).ok());
+  for (SequenceId s : {s2, g2}) ASSERT_TRUE(b.Prefill(s, p2, absl::MakeSpan(scratch)).ok());
+  const std::vector<int32_t> tokens = {11, 42};
+  const std::vector<SequenceId> plain = {s1, s2}, chosen = {g1, g2};
+  ASSERT_TRUE(b.Decode(plain, tokens, absl::MakeSpan(logits)).ok());
+  std::vector<int32_t> next(2, -1);
+  ASSERT_TRUE(b.DecodeGreedy(chosen, tokens, absl::MakeSpan(next)).ok());
+  for (int i = 0; i < 2; ++i) {
+    const float* row = logits.data() + static_cast<size_t>(i) * V;
+    EXPECT_EQ(next[i], std::max_element(row, row + V) - row);
+  }
+  std::vector<int32_t> too_small(1);
+  EXPECT_THAT(b.DecodeGreedy(chosen, tokens, absl::MakeSpan(too_small)), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CpuBackendTest, RefusesBadInput) {
   testing::TinyModelOptions o;
   o.context_length = 8;

@@ -229,6 +229,41 @@ TEST_F(CudaDefaultModelTest, BatchedDecodeEqualsSingle) {
   }
 }
 
+// Greedy choices made on the device equal the argmax of the logits, for GEMV and cuBLAS
+// batch sizes, and advance the sequences the same way.
+TEST_F(CudaDefaultModelTest, DecodeGreedyEqualsTheLogitsArgmax) {
+  auto gpu = Gpu(*model_);
+  ASSERT_TRUE(gpu);
+  const int V = gpu->vocab_size();
+  for (int batch : {1, 8, 40}) {
+    std::vector<SequenceId> a, b;
+    std::vector<float> lg(V);
+    std::vector<int32_t> tokens(batch);
+    for (int i = 0; i < batch; ++i) {
+      const std::vector<int32_t> prompt = RandomTokens(3 + i, V, 50 + i);
+      a.push_back(*gpu->NewSequence());
+      b.push_back(*gpu->NewSequence());
+      ASSERT_TRUE(gpu->Prefill(a.back(), prompt, absl::MakeSpan(lg)).ok());
+      ASSERT_TRUE(gpu->Prefill(b.back(), prompt, absl::MakeSpan(lg)).ok());
+      tokens[i] = Argmax(lg);
+    }
+    std::vector<float> logits(static_cast<size_t>(batch) * V);
+    std::vector<int32_t> greedy(batch);
+    for (int step = 0; step < 4; ++step) {
+      ASSERT_TRUE(gpu->Decode(a, tokens, absl::MakeSpan(logits)).ok());
+      ASSERT_TRUE(gpu->DecodeGreedy(b, tokens, absl::MakeSpan(greedy)).ok());
+      for (int i = 0; i < batch; ++i) {
+        EXPECT_EQ(greedy[i], Argmax(absl::MakeConstSpan(logits).subspan(static_cast<size_t>(i) * V, V)))
+            << "batch " << batch << " row " << i << " step " << step;
+      }
+      tokens = greedy;
+    }
+    EXPECT_EQ(*gpu->SequenceLength(a[0]), *gpu->SequenceLength(b[0]));
+    for (SequenceId s : a) gpu->FreeSequence(s);
+    for (SequenceId s : b) gpu->FreeSequence(s);
+  }
+}
+
 // A prompt longer than one pass runs in several and gives the single-pass logits.
 TEST_F(CudaDefaultModelTest, PromptInSeveralPassesEqualsOnePass) {
   auto one = Gpu(*model_, 512);

@@ -305,7 +305,8 @@ absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
   return seq;
 }
 
-absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits) {
+absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
+                               int32_t* greedy) {
   // Sequences in row order, each with its block table padded to a common stride.
   std::vector<SequenceId> seqs;
   std::vector<int32_t> seq_of_row(rows.size()), tokens(rows.size()), positions(rows.size());
@@ -342,6 +343,7 @@ absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<i
   a.n_logit_rows = static_cast<int32_t>(logit_rows.size());
   a.logit_rows = logit_rows.data();
   a.logits = logits;
+  a.greedy_tokens = greedy;
   char message[512] = {};
   HETERO_RETURN_IF_ERROR(ModuleStatus(api_->forward(device_model_, &a, message, sizeof message), "forward", message));
   for (const Row& r : rows) kv_.Advance(r.seq, 1);
@@ -366,11 +368,27 @@ absl::Status CudaBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<c
 }
 
 absl::Status CudaBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) {
-  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
   if (logits.size() < chunks.size() * config_.n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
                                                    chunks.size() * config_.n_vocab));
   }
+  return Run(chunks, logits.data(), nullptr);
+}
+
+absl::Status CudaBackend::DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                                       absl::Span<int32_t> next) {
+  if (seqs.size() != tokens.size() || seqs.empty()) {
+    return absl::InvalidArgumentError("DecodeGreedy needs one token per sequence and at least one sequence");
+  }
+  if (next.size() < seqs.size()) return absl::InvalidArgumentError("DecodeGreedy: `next` is too small");
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
+  return Run(chunks, nullptr, next.data());
+}
+
+absl::Status CudaBackend::Run(absl::Span<const SequenceChunk> chunks, float* logits, int32_t* greedy) {
+  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
   MutexLock lock(&mutex_);
   std::vector<int> lengths;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -392,22 +410,36 @@ absl::Status CudaBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Spa
       return s;
     }
   }
-  // Passes of at most max_rows_per_pass rows; each chunk's logits come from the pass
+  // Passes of at most max_rows_per_pass rows; each chunk's output comes from the pass
   // holding its last token.
   const int max_rows = options_.max_rows_per_pass;
+  const size_t V = config_.n_vocab;
   std::vector<Row> rows;
   std::vector<int> logit_rows;
   std::vector<size_t> logit_chunks;
   std::vector<float> pass_logits;
+  std::vector<int32_t> pass_greedy;
   auto flush = [&]() -> absl::Status {
     if (rows.empty()) return absl::OkStatus();
     std::vector<int> out_rows = logit_rows;
     if (out_rows.empty()) out_rows.push_back(static_cast<int>(rows.size()) - 1);  // the pass needs one
-    pass_logits.resize(out_rows.size() * config_.n_vocab);
-    HETERO_RETURN_IF_ERROR(Pass(rows, out_rows, pass_logits.data()));
-    for (size_t i = 0; i < logit_chunks.size(); ++i) {
-      std::copy_n(pass_logits.data() + i * config_.n_vocab, config_.n_vocab,
-                  logits.data() + logit_chunks[i] * config_.n_vocab);
+    // Outputs for consecutive chunks go straight to the caller's buffers.
+    bool direct = !logit_chunks.empty() && logit_chunks.size() == out_rows.size();
+    for (size_t i = 1; direct && i < logit_chunks.size(); ++i) direct = logit_chunks[i] == logit_chunks[0] + i;
+    float* pass_logits_out = nullptr;
+    int32_t* pass_greedy_out = nullptr;
+    if (logits != nullptr) {
+      if (!direct) pass_logits.resize(out_rows.size() * V);
+      pass_logits_out = direct ? logits + logit_chunks[0] * V : pass_logits.data();
+    }
+    if (greedy != nullptr) {
+      if (!direct) pass_greedy.resize(out_rows.size());
+      pass_greedy_out = direct ? greedy + logit_chunks[0] : pass_greedy.data();
+    }
+    HETERO_RETURN_IF_ERROR(Pass(rows, out_rows, pass_logits_out, pass_greedy_out));
+    for (size_t i = 0; !direct && i < logit_chunks.size(); ++i) {
+      if (logits != nullptr) std::copy_n(pass_logits.data() + i * V, V, logits + logit_chunks[i] * V);
+      if (greedy != nullptr) greedy[logit_chunks[i]] = pass_greedy[i];
     }
     rows.clear();
     logit_rows.clear();

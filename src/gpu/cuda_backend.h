@@ -49,6 +49,9 @@ class CudaBackend : public Backend {
   absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                       absl::Span<float> logits) override;
   absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override;
+  // Chooses on the device: only the chosen ids cross the bus.
+  absl::Status DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                            absl::Span<int32_t> next) override;
 
  private:
   struct Row {
@@ -61,8 +64,11 @@ class CudaBackend : public Backend {
   CudaBackend(const Model& model, const CudaBackendOptions& options);
   absl::Status Init();
   // One pass of the module over `rows` (at most max_rows_per_pass), logits for `logit_rows`.
-  absl::Status Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits)
+  // Logits into `logits` and/or greedy choices into `greedy` (either may be null).
+  absl::Status Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits, int32_t* greedy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Step's work; one output per chunk into `logits` (vocab floats) or `greedy` (one id).
+  absl::Status Run(absl::Span<const SequenceChunk> chunks, float* logits, int32_t* greedy);
 
   const Model& model_;
   const ModelConfig& config_;

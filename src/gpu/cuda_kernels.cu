@@ -373,6 +373,46 @@ __global__ void AttentionKernel(const float* __restrict__ q, int q_stride, int n
   }
 }
 
+// One block per row; ties go to the lower index, as std::max_element on the host.
+__global__ void ArgmaxKernel(const float* __restrict__ logits, int n, int32_t* __restrict__ out) {
+  const float* row = logits + static_cast<size_t>(blockIdx.x) * n;
+  float best = -INFINITY;
+  int best_index = n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = row[i];
+    if (v > best || (v == best && i < best_index)) {
+      best = v;
+      best_index = i;
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float v = __shfl_xor_sync(kFullMask, best, offset);
+    const int idx = __shfl_xor_sync(kFullMask, best_index, offset);
+    if (v > best || (v == best && idx < best_index)) {
+      best = v;
+      best_index = idx;
+    }
+  }
+  __shared__ float warp_best[32];
+  __shared__ int warp_index[32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) {
+    warp_best[warp] = best;
+    warp_index[warp] = best_index;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) {
+      if (warp_best[w] > best || (warp_best[w] == best && warp_index[w] < best_index)) {
+        best = warp_best[w];
+        best_index = warp_index[w];
+      }
+    }
+    // NaN logits compare false everywhere: fall back to index 0 rather than n.
+    out[blockIdx.x] = best_index < n ? best_index : 0;
+  }
+}
+
 int GridFor(size_t count, int threads) {
   const size_t blocks = (count + threads - 1) / threads;
   return static_cast<int>(blocks < 4096 ? (blocks == 0 ? 1 : blocks) : 4096);
@@ -401,6 +441,10 @@ cudaError_t LaunchGemv(const GemvLaunch& a, cudaStream_t stream) {
 
 void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream) {
   EmbedKernel<<<rows, 256, 0, stream>>>(table, tokens, n_embd, out);
+}
+
+void LaunchArgmax(const float* logits, int rows, int n, int32_t* out, cudaStream_t stream) {
+  ArgmaxKernel<<<rows, 1024, 0, stream>>>(logits, n, out);
 }
 
 void LaunchRmsNorm(const float* x, const int32_t* index, const float* weight, int rows, int n, float eps, float* out,

@@ -88,6 +88,9 @@ void LaunchRopeAndStore(float* qkv, int qkv_stride, const float* q_bias, const f
 void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
                      const KvLayout& kv, int layer, float* out, cudaStream_t stream);
 
+// out[r] = the first index of the largest of logits[r * n .. r * n + n).
+void LaunchArgmax(const float* logits, int rows, int n, int32_t* out, cudaStream_t stream);
+
 }  // namespace hetero::gpu
 
 #endif  // HETERO_GPU_CUDA_KERNELS_CUH_

@@ -190,7 +190,7 @@ struct Model {
   // x: the residual stream; h: the final norm's rows; qkv: q, k, v side by side; att:
   // attention output; ffn: SwiGLU output (GEMV path); gate_up: the fused GEMM's output;
   // half_in: float16 input of the next cuBLAS GEMM.
-  DeviceBuffer x, h, qkv, att, ffn, gate_up, half_in, logits;
+  DeviceBuffer x, h, qkv, att, ffn, gate_up, half_in, logits, greedy;
   // Inputs at fixed device addresses (the captured graphs read them there), in one buffer
   // so that one copy moves them: tokens, positions, seq_of_row, logit_rows (max_rows
   // each), then the block tables.
@@ -215,7 +215,7 @@ struct Model {
                l->qkv_f16.bytes + l->gate_up_f16.bytes;
       for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) total += m->device_bytes();
     }
-    for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &inputs}) {
+    for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &greedy, &inputs}) {
       total += b->bytes;
     }
     return total;
@@ -300,6 +300,7 @@ struct Model {
     HETERO_FAILURE_TRY(ffn.Allocate(rows * c.n_ff * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(gate_up.Allocate(rows * 2 * c.n_ff * sizeof(float), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(half_in.Allocate(rows * widest * sizeof(__half), "cudaMalloc(scratch)"));
+    HETERO_FAILURE_TRY(greedy.Allocate(rows * sizeof(int32_t), "cudaMalloc(greedy tokens)"));
     HETERO_FAILURE_TRY(logits.Allocate(rows * c.n_vocab * sizeof(float), "cudaMalloc(logits)"));
     return {};
   }
@@ -412,7 +413,7 @@ struct Model {
     const auto& c = desc;
     if (a.n_rows <= 0 || a.n_rows > c.max_rows || a.n_seqs <= 0 || a.table_stride <= 0 || a.n_logit_rows <= 0 ||
         a.n_logit_rows > a.n_rows || a.tokens == nullptr || a.positions == nullptr || a.seq_of_row == nullptr ||
-        a.block_tables == nullptr || a.logit_rows == nullptr || a.logits == nullptr) {
+        a.block_tables == nullptr || a.logit_rows == nullptr || (a.logits == nullptr && a.greedy_tokens == nullptr)) {
       return Invalid("forward: bad row counts or a missing array (rows must be 1.." + std::to_string(c.max_rows) + ")");
     }
     // Every index the kernels follow is checked here, on the host.
@@ -480,10 +481,21 @@ struct Model {
     } else {
       HETERO_FAILURE_TRY(Enqueue(a.n_rows, a.n_logit_rows, a.table_stride));
     }
-    const size_t logit_bytes = static_cast<size_t>(a.n_logit_rows) * c.n_vocab * sizeof(float);
-    // Straight into the caller's memory: no second host copy of every logit.
-    HETERO_CUDA_TRY(cudaMemcpyAsync(a.logits, logits.ptr, logit_bytes, cudaMemcpyDeviceToHost, stream));
+    if (a.greedy_tokens != nullptr) {
+      LaunchArgmax(logits.as<float>(), a.n_logit_rows, c.n_vocab, greedy.as<int32_t>(), stream);
+      HETERO_CUDA_TRY(cudaGetLastError());
+      HETERO_CUDA_TRY(cudaMemcpyAsync(staging_in.ptr, greedy.ptr, a.n_logit_rows * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream));
+    }
+    if (a.logits != nullptr) {
+      // Straight into the caller's memory: no second host copy of every logit.
+      const size_t logit_bytes = static_cast<size_t>(a.n_logit_rows) * c.n_vocab * sizeof(float);
+      HETERO_CUDA_TRY(cudaMemcpyAsync(a.logits, logits.ptr, logit_bytes, cudaMemcpyDeviceToHost, stream));
+    }
     HETERO_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (a.greedy_tokens != nullptr) {
+      std::memcpy(a.greedy_tokens, staging_in.ptr, a.n_logit_rows * sizeof(int32_t));
+    }
     return {};
   }
 

@@ -105,7 +105,9 @@ typedef struct hetero_cuda_model_desc {
 /* One forward pass over `n_rows` tokens of one or more sequences. Row r appends tokens[r]
  * at positions[r] to sequence seq_of_row[r]; its keys are positions 0..positions[r] found
  * through block_tables[seq_of_row[r] * table_stride + position / kv_block_tokens]. Logits
- * (n_vocab floats each) are written for rows logit_rows[0..n_logit_rows). */
+ * (n_vocab floats each) are written for rows logit_rows[0..n_logit_rows) into `logits`
+ * when it is not NULL, and their greedy choices (the first index of the largest logit)
+ * into `greedy_tokens` when that is not NULL; at least one of the two is given. */
 typedef struct hetero_cuda_forward_args {
   int32_t n_rows;
   const int32_t* tokens;
@@ -117,6 +119,7 @@ typedef struct hetero_cuda_forward_args {
   int32_t n_logit_rows;
   const int32_t* logit_rows;
   float* logits;
+  int32_t* greedy_tokens;
 } hetero_cuda_forward_args;
 
 typedef struct hetero_cuda_model hetero_cuda_model;

@@ -4,6 +4,7 @@
 #ifndef HETERO_RUNTIME_BACKEND_H_
 #define HETERO_RUNTIME_BACKEND_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -78,6 +79,22 @@ class Backend {
   // next-token logits into row i of `logits` (seqs.size() x vocab_size).
   virtual absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                               absl::Span<float> logits) = 0;
+
+  // Decode with greedy choices: appends tokens[i] to seqs[i] and writes the index of the
+  // largest next-token logit (the first, on ties) into next[i]. Backends that can choose on
+  // the device (CUDA) skip moving the logits to the host; this default decodes and scans.
+  virtual absl::Status DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                                    absl::Span<int32_t> next) {
+    if (next.size() < seqs.size()) return absl::InvalidArgumentError("DecodeGreedy: `next` is too small");
+    std::vector<float> logits(seqs.size() * static_cast<size_t>(vocab_size()));
+    if (absl::Status s = Decode(seqs, tokens, absl::MakeSpan(logits)); !s.ok()) return s;
+    const size_t v = static_cast<size_t>(vocab_size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const float* row = logits.data() + i * v;
+      next[i] = static_cast<int32_t>(std::max_element(row, row + v) - row);
+    }
+    return absl::OkStatus();
+  }
 
   // Prompt chunks and decode tokens of several sequences in one pass through the weights
   // (continuous batching): appends each chunk to its sequence (distinct sequences) and
