@@ -53,6 +53,7 @@ std::unique_ptr<CudaBackend> Gpu(const Model& model, int max_rows = 512) {
   CudaBackendOptions options;
   options.max_rows_per_pass = max_rows;
   options.kv_capacity_tokens = 8192;
+  options.max_sequences = 128;
   auto b = CudaBackend::Create(model, options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? std::move(*b) : nullptr;
@@ -212,7 +213,9 @@ TEST_F(CudaDefaultModelTest, BatchedDecodeEqualsSingle) {
     std::vector<int32_t> next(batch);
     std::vector<float> lg(V);
     for (int i = 0; i < batch; ++i) {
-      seqs.push_back(*gpu->NewSequence());
+      auto seq = gpu->NewSequence();
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      seqs.push_back(*seq);
       ASSERT_TRUE(gpu->Prefill(seqs.back(), RandomTokens(5 + 3 * i, V, i), absl::MakeSpan(lg)).ok());
       next[i] = Argmax(lg);
     }
@@ -241,8 +244,11 @@ TEST_F(CudaDefaultModelTest, DecodeGreedyEqualsTheLogitsArgmax) {
     std::vector<int32_t> tokens(batch);
     for (int i = 0; i < batch; ++i) {
       const std::vector<int32_t> prompt = RandomTokens(3 + i, V, 50 + i);
-      a.push_back(*gpu->NewSequence());
-      b.push_back(*gpu->NewSequence());
+      auto sa = gpu->NewSequence();
+      auto sb = gpu->NewSequence();
+      ASSERT_TRUE(sa.ok() && sb.ok()) << sa.status() << sb.status();
+      a.push_back(*sa);
+      b.push_back(*sb);
       ASSERT_TRUE(gpu->Prefill(a.back(), prompt, absl::MakeSpan(lg)).ok());
       ASSERT_TRUE(gpu->Prefill(b.back(), prompt, absl::MakeSpan(lg)).ok());
       tokens[i] = Argmax(lg);
