@@ -69,7 +69,7 @@ timeout 240 "$bin/hetero-bench" -m "$model" --device gpu -p 512 -n 128 -r 3 --ba
 log "GPU bench exit $?"
 timeout 90 "$bin/hetero-bench" -m "$model" --transfer --json >"$out/transfer.json" 2>>"$out/run.log"
 log "transfer exit $?"
-timeout 120 "$bin/hetero-bench" -m "$model" --device cpu -p 512 -n 32 -r 1 --json \
+timeout 120 "$bin/hetero-bench" -m "$model" --device cpu -p 512 -n 128 -r 1 --batch 1,8,32 --json \
   >"$out/bench-cpu.json" 2>>"$out/run.log"
 log "CPU bench exit $?"
 

@@ -2,11 +2,14 @@
 // from a CPU prefill, batching and multi-pass prompts. Every GPU test skips by name, with
 // the reason, on machines without a usable device; the unavailable path runs everywhere.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <random>
 
 #include "gtest/gtest.h"
 #include "hetero/devices.h"
+#include "hetero/engine.h"
+#include "hetero/scheduler.h"
 #include "src/cpu/cpu_backend.h"
 #include "src/gpu/cuda_backend.h"
 #include "tests/support/default_model.h"
@@ -267,6 +270,51 @@ TEST_F(CudaDefaultModelTest, DecodeGreedyEqualsTheLogitsArgmax) {
     EXPECT_EQ(*gpu->SequenceLength(a[0]), *gpu->SequenceLength(b[0]));
     for (SequenceId s : a) gpu->FreeSequence(s);
     for (SequenceId s : b) gpu->FreeSequence(s);
+  }
+}
+
+// Places Generate (and so the session's KV) on the device set before each turn.
+class DeviceByTurnScheduler : public Scheduler {
+ public:
+  std::string name() const override { return "device-by-turn"; }
+  Placement Place(Stage stage, const TaskState&, const SystemSnapshot&) override {
+    Placement p;
+    p.device = stage == Stage::kGenerate ? device.load() : Device::kCpu;
+    p.reason = "test";
+    return p;
+  }
+  std::atomic<Device> device{Device::kGpu};
+};
+
+// The engine decodes on the GPU, and a session's KV follows it to the CPU and back between
+// turns (handed over, not recomputed: the next turn reuses the earlier prompt).
+TEST_F(CudaDefaultModelTest, EngineMovesASessionsKvBetweenDevices) {
+  auto scheduler = std::make_shared<DeviceByTurnScheduler>();
+  EngineOptions o;
+  o.custom_scheduler = scheduler;
+  o.kv_capacity_tokens = 4096;
+  auto engine = Engine::Create(kDefaultModelPath, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto session = (*engine)->NewSession();
+  ASSERT_TRUE(session.ok());
+  RunOptions run;
+  run.max_tokens = 12;
+  int previous_prompt = 0;
+  for (Device d : {Device::kGpu, Device::kCpu, Device::kGpu}) {
+    scheduler->device = d;
+    auto result = (*session)->Run(previous_prompt == 0 ? "What is the capital of France?" : "And of Italy?", run);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const TaskReport& r = result->report;
+    ASSERT_EQ(r.stages.size(), 2u);
+    EXPECT_EQ(r.stages[1].device, d);
+    EXPECT_GT(r.generated_tokens, 0);
+    EXPECT_FALSE(result->text.empty());
+    if (previous_prompt > 0) {
+      EXPECT_GT(r.reused_prompt_tokens, previous_prompt) << "the KV was recomputed";
+    }
+    std::printf("turn on %s: %d prompt tokens, %d reused, reply '%s'\n", d == Device::kGpu ? "gpu" : "cpu",
+                r.prompt_tokens, r.reused_prompt_tokens, result->text.c_str());
+    previous_prompt = r.prompt_tokens;
   }
 }
 

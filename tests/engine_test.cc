@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hetero/devices.h"
 #include "hetero/engine.h"
 #include "hetero/model.h"
 #include "tests/support/default_model.h"
@@ -81,8 +82,12 @@ TEST_F(EngineTest, RunsTheStagesAndReportsThem) {
   EXPECT_EQ(r.stages[0].stage, Stage::kUnderstand);
   EXPECT_EQ(r.stages[1].stage, Stage::kGenerate);
   // The default policy wants Generate on the GPU; without one the CPU runs it, and says so.
-  EXPECT_EQ(r.stages[1].device, Device::kCpu);
-  EXPECT_THAT(r.stages[1].reason, HasSubstr("gpu unavailable"));
+  if (QueryDevices().cuda.available) {
+    EXPECT_EQ(r.stages[1].device, Device::kGpu);
+  } else {
+    EXPECT_EQ(r.stages[1].device, Device::kCpu);
+    EXPECT_THAT(r.stages[1].reason, HasSubstr("gpu unavailable"));
+  }
   EXPECT_GT(r.prompt_tokens, 10);
   EXPECT_EQ(r.stages[0].tokens_in, r.prompt_tokens);
   EXPECT_GT(r.generated_tokens, 0);

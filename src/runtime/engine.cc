@@ -8,6 +8,7 @@
 #include "hetero/devices.h"
 #include "hetero/model.h"
 #include "src/cpu/cpu_backend.h"
+#include "src/gpu/cuda_backend.h"
 #include "src/runtime/log_internal.h"
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/energy/energy_meter.h"
@@ -69,6 +70,8 @@ struct Engine::Impl : public StageServices {
   bool calibrated = false;
   std::unique_ptr<CpuBackend> cpu;
   std::unique_ptr<DeviceWorker> cpu_worker;
+  std::unique_ptr<CudaBackend> gpu;           // null without a usable GPU
+  std::unique_ptr<DeviceWorker> gpu_worker;
   std::unique_ptr<internal::EnergyMeter> energy;  // null when measure_energy is off
   std::string gpu_unavailable_reason;
   std::atomic<uint64_t> next_task{1};
@@ -79,7 +82,8 @@ struct Engine::Impl : public StageServices {
 
   ~Impl() override {
     energy.reset();      // its thread reads the worker's busy time
-    cpu_worker.reset();  // joins the thread before the backend goes
+    gpu_worker.reset();  // each joins its thread before its backend goes
+    cpu_worker.reset();
   }
 
   DeviceCosts Costs(Device d) const {
@@ -103,8 +107,15 @@ struct Engine::Impl : public StageServices {
     s.devices.push_back(c);
     DeviceSnapshot g;
     g.device = Device::kGpu;
-    g.available = false;
+    g.available = gpu != nullptr;
     g.unavailable_reason = gpu_unavailable_reason;
+    if (gpu != nullptr) {
+      g.queued_tasks = gpu_worker->queued();
+      g.active_tasks = gpu_worker->active();
+      g.kv_capacity_tokens = gpu->kv_capacity_tokens();
+      g.kv_free_tokens = g.kv_capacity_tokens - gpu->kv_used_tokens();
+      g.kv_bytes_per_token = static_cast<int64_t>(gpu->kv_bytes_per_token());
+    }
     g.costs = Costs(Device::kGpu);
     s.devices.push_back(g);
     s.host_device_gb_per_s = calibration.host_device_gb_per_s;
@@ -114,7 +125,7 @@ struct Engine::Impl : public StageServices {
 
   Placement Place(Stage stage, const TaskState& task) override {
     Placement p = scheduler->Place(stage, task, Snapshot());
-    if (p.device == Device::kGpu) {
+    if (p.device == Device::kGpu && gpu == nullptr) {
       bool notice = false;
       {
         MutexLock lock(&mu);
@@ -135,7 +146,9 @@ struct Engine::Impl : public StageServices {
     return p;
   }
 
-  DeviceWorker& Worker(Device) override { return *cpu_worker; }
+  DeviceWorker& Worker(Device device) override {
+    return device == Device::kGpu && gpu_worker != nullptr ? *gpu_worker : *cpu_worker;
+  }
   const ChatTemplate& chat_template() const override { return *chat; }
   const Tokenizer& tokenizer() const override { return *tokenizer_owned; }
   std::shared_ptr<const internal::VocabBytes> vocab_bytes() override {
@@ -147,7 +160,8 @@ struct Engine::Impl : public StageServices {
 
   // Frees the KV of idle sessions, least recently used first, until `needed` tokens are
   // free or none is left. Runs on a worker thread.
-  int EvictIdle(int needed) {
+  // Frees the KV of idle sessions held on `device`, least recently used first.
+  int EvictIdle(int needed, Device device) {
     std::vector<std::shared_ptr<Session::State>> idle;
     {
       MutexLock lock(&mu);
@@ -158,14 +172,14 @@ struct Engine::Impl : public StageServices {
     std::vector<std::pair<Clock::time_point, std::shared_ptr<Session::State>>> candidates;
     for (auto& s : idle) {
       MutexLock lock(&s->mu);
-      if (!s->running && s->kv.seq.has_value()) candidates.emplace_back(s->last_used, s);
+      if (!s->running && s->kv.seq.has_value() && s->kv.device == device) candidates.emplace_back(s->last_used, s);
     }
     std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     int freed = 0;
     for (auto& [when, s] : candidates) {
       if (freed >= needed) break;
       MutexLock lock(&s->mu);
-      if (s->running || !s->kv.seq.has_value()) continue;
+      if (s->running || !s->kv.seq.has_value() || s->kv.device != device) continue;
       freed += static_cast<int>(s->kv.tokens.size());
       ReleaseSessionKv(*this, s->kv);
     }
@@ -227,15 +241,36 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   HETERO_ASSIGN_OR_RETURN(impl->cpu, CpuBackend::Create(*impl->model, cpu));
   Impl* raw = impl.get();
   impl->cpu_worker = std::make_unique<DeviceWorker>(*impl->cpu, *impl->tokenizer_owned, options.max_queued_tasks,
-                                                    options.max_batch, [raw](int tokens) { return raw->EvictIdle(tokens); });
-  if (options.measure_energy) {
-    DeviceWorker* worker = impl->cpu_worker.get();
-    impl->energy = internal::MakeEngineEnergyMeter(options.power_model, [worker] { return worker->busy_seconds(); });
-  }
+                                                    options.max_batch, [raw](int tokens) { return raw->EvictIdle(tokens, Device::kCpu); });
   const CudaInfo& cuda = QueryDevices().cuda;
-  impl->gpu_unavailable_reason = cuda.available
-                                     ? "a CUDA device is present but the CUDA backend is not built into this version"
-                                     : cuda.notice;
+  if (cuda.available) {
+    CudaBackendOptions gpu;
+    gpu.max_sequences = options.max_sessions;
+    gpu.kv_capacity_tokens = cpu.kv_capacity_tokens;
+    gpu.kv_block_tokens = cpu.kv_block_tokens;  // one block layout: KV moves between them as is
+    absl::StatusOr<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(*impl->model, gpu);
+    if (created.ok()) {
+      impl->gpu = std::move(*created);
+      impl->gpu_worker = std::make_unique<DeviceWorker>(*impl->gpu, *impl->tokenizer_owned, options.max_queued_tasks,
+                                                        options.max_batch,
+                                                        [raw](int tokens) { return raw->EvictIdle(tokens, Device::kGpu); });
+      internal::Log(LogLevel::kInfo, absl::StrCat("GPU backend ready: ", impl->gpu->info().name));
+    } else {
+      // Too little device memory, or a device error: the CPU does everything.
+      impl->gpu_unavailable_reason = absl::StrCat("the CUDA backend could not start: ", created.status().message());
+      internal::Log(LogLevel::kWarning, absl::StrCat(impl->gpu_unavailable_reason, "; running on the CPU only"));
+    }
+  } else {
+    impl->gpu_unavailable_reason = cuda.notice;
+  }
+  if (options.measure_energy) {
+    DeviceWorker* cpu_worker = impl->cpu_worker.get();
+    DeviceWorker* gpu_worker = impl->gpu_worker.get();
+    std::function<double()> gpu_busy;
+    if (gpu_worker != nullptr) gpu_busy = [gpu_worker] { return gpu_worker->busy_seconds(); };
+    impl->energy = internal::MakeEngineEnergyMeter(
+        options.power_model, [cpu_worker] { return cpu_worker->busy_seconds(); }, std::move(gpu_busy));
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 

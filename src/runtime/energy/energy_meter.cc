@@ -98,7 +98,8 @@ std::string EnergyMeter::sources() const {
 }
 
 std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(const std::string& power_model_path,
-                                                   std::function<double()> cpu_busy_seconds) {
+                                                   std::function<double()> cpu_busy_seconds,
+                                                   std::function<double()> gpu_busy_seconds) {
   std::vector<std::unique_ptr<EnergyCounter>> counters;
   std::string why_no_rapl;
   counters = FindRaplCounters("/sys/class/powercap", &why_no_rapl);
@@ -125,6 +126,31 @@ std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(const std::string& power_mode
                          " W while computing): ", why_no_rapl);
   } else {
     notes = "cpu energy is measured by RAPL";
+  }
+  if (gpu_busy_seconds) {
+    std::string why_no_nvml;
+    std::vector<std::unique_ptr<EnergyCounter>> gpu = FindNvmlCounters("libnvidia-ml.so.1", &why_no_nvml);
+    if (!gpu.empty()) {
+      counters.push_back(std::move(gpu.front()));  // the engine uses device 0
+      absl::StrAppend(&notes, "; gpu energy is measured by NVML");
+    } else {
+      PowerModel model = DefaultPowerModel(Device::kGpu);
+      std::string path = power_model_path;
+      if (path.empty()) {
+        if (const char* env = std::getenv("HETERO_POWER_MODEL"); env != nullptr) path = env;
+      }
+      if (!path.empty()) {
+        absl::StatusOr<std::vector<std::pair<Device, PowerModel>>> models = LoadPowerModels(path);
+        if (models.ok()) {
+          for (const auto& [device, m] : *models) {
+            if (device == Device::kGpu) model = m;
+          }
+        }
+      }
+      counters.push_back(MakePowerModelCounter(Device::kGpu, model, std::move(gpu_busy_seconds)));
+      absl::StrAppend(&notes, "; gpu energy is estimated from its power model (", model.idle_watts, " W idle + ",
+                      model.active_watts, " W while computing): ", why_no_nvml);
+    }
   }
   Log(LogLevel::kInfo, absl::StrCat("energy: ", notes));
   return std::make_unique<EnergyMeter>(std::move(counters), std::chrono::milliseconds(20), notes);

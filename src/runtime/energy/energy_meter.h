@@ -52,9 +52,12 @@ class EnergyMeter {
 };
 
 // The meter for an engine: RAPL for the CPU where readable, else the stated power model
-// (`power_model_path`, or $HETERO_POWER_MODEL, or the defaults) over the worker's busy time.
+// (`power_model_path`, or $HETERO_POWER_MODEL, or the defaults) over the worker's busy time;
+// with `gpu_busy_seconds` (an engine with a GPU worker), NVML for the GPU where it answers,
+// else the GPU's power model over that worker's busy time.
 std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(const std::string& power_model_path,
-                                                   std::function<double()> cpu_busy_seconds);
+                                                   std::function<double()> cpu_busy_seconds,
+                                                   std::function<double()> gpu_busy_seconds = nullptr);
 
 }  // namespace hetero::internal
 

@@ -56,11 +56,22 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
 
   const Placement placement = services.Place(Stage::kUnderstand, task.State());
   task.generate_placement = services.Place(Stage::kGenerate, task.State());
-  // Prefill runs where the KV will be decoded. A device change needs the transfer layer
-  // (CPU prefill handed to the GPU); until it exists the cache stays on one device.
+  // Prefill runs where the KV will be decoded. When that device changes, the cached KV
+  // moves with the session through host memory (both backends share one block layout);
+  // only if the move fails is it dropped and the prompt encoded again.
   if (kv.seq.has_value() && kv.device != task.generate_placement.device) {
-    ReleaseSessionKv(services, kv);
-    task.reused_tokens = 0;
+    Backend& from = services.Worker(kv.device).backend();
+    Backend& to = services.Worker(task.generate_placement.device).backend();
+    absl::StatusOr<SavedSequence> saved = from.SwapOut(*kv.seq);
+    absl::StatusOr<SequenceId> moved = saved.ok() ? to.SwapIn(*saved) : saved.status();
+    if (moved.ok()) {
+      kv.seq = *moved;
+    } else {
+      if (!saved.ok()) from.FreeSequence(*kv.seq);
+      kv.seq.reset();
+      kv.tokens.clear();
+      task.reused_tokens = 0;
+    }
   }
   kv.device = task.generate_placement.device;
   Backend& backend = services.Worker(kv.device).backend();
