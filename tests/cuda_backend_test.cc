@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "hetero/devices.h"
@@ -271,6 +272,58 @@ TEST_F(CudaDefaultModelTest, DecodeGreedyEqualsTheLogitsArgmax) {
     for (SequenceId s : a) gpu->FreeSequence(s);
     for (SequenceId s : b) gpu->FreeSequence(s);
   }
+}
+
+// A sequence parked and restored (KV to the host and back) while another decodes: the
+// copies run beside the passes, and neither sequence's results change.
+TEST_F(CudaDefaultModelTest, SwapsRunBesideOtherSequencesDecoding) {
+  auto gpu = Gpu(*model_);
+  ASSERT_TRUE(gpu);
+  const int V = gpu->vocab_size();
+  std::vector<float> lg(V);
+  auto greedy_run = [&](SequenceId s, int32_t first, int steps) {
+    std::vector<int32_t> out;
+    int32_t t = first;
+    for (int i = 0; i < steps; ++i) {
+      int32_t next = 0;
+      EXPECT_TRUE(gpu->DecodeGreedy({&s, 1}, {&t, 1}, {&next, 1}).ok());
+      out.push_back(t = next);
+    }
+    return out;
+  };
+  const std::vector<int32_t> prompt_a = RandomTokens(30, V, 11), prompt_b = RandomTokens(600, V, 12);
+  // Alone.
+  SequenceId a = *gpu->NewSequence();
+  ASSERT_TRUE(gpu->Prefill(a, prompt_a, absl::MakeSpan(lg)).ok());
+  const std::vector<int32_t> alone = greedy_run(a, Argmax(lg), 64);
+  gpu->FreeSequence(a);
+  SequenceId b = *gpu->NewSequence();
+  ASSERT_TRUE(gpu->Prefill(b, prompt_b, absl::MakeSpan(lg)).ok());
+  const int32_t b_next = Argmax(lg);
+  std::vector<float> b_before(V);
+  ASSERT_TRUE(gpu->Decode({&b, 1}, {&b_next, 1}, absl::MakeSpan(b_before)).ok());
+  ASSERT_TRUE(gpu->TruncateSequence(b, 600).ok());
+  // Together: `a` decodes while `b` goes to the host and back ten times.
+  a = *gpu->NewSequence();
+  ASSERT_TRUE(gpu->Prefill(a, prompt_a, absl::MakeSpan(lg)).ok());
+  const int32_t a_first = Argmax(lg);
+  std::vector<int32_t> together;
+  std::thread decoder([&] { together = greedy_run(a, a_first, 64); });
+  for (int i = 0; i < 10; ++i) {  // no ASSERT while the decoder thread runs
+    auto saved = gpu->SwapOut(b);
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    if (!saved.ok()) break;
+    EXPECT_TRUE(saved->data.pinned());
+    auto back = gpu->SwapIn(*saved);
+    EXPECT_TRUE(back.ok()) << back.status();
+    if (!back.ok()) break;
+    b = *back;
+  }
+  decoder.join();
+  EXPECT_EQ(together, alone);
+  std::vector<float> b_after(V);
+  ASSERT_TRUE(gpu->Decode({&b, 1}, {&b_next, 1}, absl::MakeSpan(b_after)).ok());
+  EXPECT_EQ(b_after, b_before);  // the same bytes in the same blocks layout: identical logits
 }
 
 // Places Generate (and so the session's KV) on the device set before each turn.

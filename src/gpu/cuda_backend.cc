@@ -265,38 +265,54 @@ size_t CudaBackend::kv_bytes_per_token() const {
   return kv_block_floats_ * sizeof(float) / static_cast<size_t>(options_.kv_block_tokens);
 }
 
+// The copies run without the lock, so other sequences' passes go on meanwhile (the
+// module's copy stream overlaps its compute stream); the sequence itself is used by its
+// session alone, and its blocks stay allocated until the copy is done.
 absl::StatusOr<SavedSequence> CudaBackend::SwapOut(SequenceId seq) {
-  MutexLock lock(&mutex_);
-  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
   SavedSequence saved;
-  saved.tokens = length;
-  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
+  std::vector<int32_t> blocks;
+  {
+    MutexLock lock(&mutex_);
+    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
+    saved.tokens = length;
+    blocks = kv_.Blocks(seq);
+  }
   HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(blocks.size() * kv_block_floats_));
   char message[512] = {};
   HETERO_RETURN_IF_ERROR(ModuleStatus(api_->copy_kv(device_model_, 1, blocks.data(), static_cast<int32_t>(blocks.size()),
                                                     saved.data.data(), message, sizeof message),
                                       "copying KV to the host", message));
+  MutexLock lock(&mutex_);
   kv_.FreeSequence(seq);
   return saved;
 }
 
 absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
-  MutexLock lock(&mutex_);
   const size_t blocks_needed =
       (static_cast<size_t>(saved.tokens) + options_.kv_block_tokens - 1) / options_.kv_block_tokens;
   if (saved.tokens < 0 || saved.data.size() != blocks_needed * kv_block_floats_) {
     return absl::InvalidArgumentError("SwapIn: saved KV does not match this backend's layout");
   }
-  const SequenceId seq = kv_.NewSequence();
-  if (absl::Status s = kv_.Reserve(seq, saved.tokens); !s.ok()) {
-    kv_.FreeSequence(seq);
-    return s;
+  SequenceId seq;
+  std::vector<int32_t> blocks;
+  {
+    MutexLock lock(&mutex_);
+    if (kv_.live_sequences() >= options_.max_sequences) {
+      return absl::ResourceExhaustedError(absl::StrCat("CUDA backend: ", options_.max_sequences,
+                                                       " sequences live, the maximum"));
+    }
+    seq = kv_.NewSequence();
+    if (absl::Status s = kv_.Reserve(seq, saved.tokens); !s.ok()) {
+      kv_.FreeSequence(seq);
+      return s;
+    }
+    blocks = kv_.Blocks(seq);
   }
-  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
   char message[512] = {};
   absl::Status s = ModuleStatus(api_->copy_kv(device_model_, 0, blocks.data(), static_cast<int32_t>(blocks.size()),
                                               const_cast<float*>(saved.data.data()), message, sizeof message),
                                 "copying KV to the device", message);
+  MutexLock lock(&mutex_);
   if (!s.ok()) {
     kv_.FreeSequence(seq);
     return s;

@@ -504,13 +504,9 @@ struct Model {
     for (int i = 0; i < n_blocks; ++i) {
       if (blocks[i] < 0 || blocks[i] >= desc.kv_blocks) return Invalid("copy_kv: block id out of range");
     }
-    // Pending compute may still write these blocks: order the copy stream after it.
-    cudaEvent_t computed = nullptr;
-    HETERO_CUDA_TRY(cudaEventCreateWithFlags(&computed, cudaEventDisableTiming));
-    Failure f = FromCuda(cudaEventRecord(computed, stream), "cudaEventRecord");
-    if (f.ok()) f = FromCuda(cudaStreamWaitEvent(copy_stream, computed, 0), "cudaStreamWaitEvent");
-    cudaEventDestroy(computed);
-    if (!f.ok()) return f;
+    // No ordering against the compute stream: every forward pass has finished when it
+    // returns, and the caller copies only blocks no pass in flight touches. So a copy here
+    // overlaps other sequences' passes (the copy stream is the module's own).
     const size_t bytes = kv.block_floats * sizeof(float);
     // Runs of consecutive block ids move in one copy.
     for (int i = 0; i < n_blocks;) {

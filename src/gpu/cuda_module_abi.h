@@ -130,8 +130,10 @@ typedef void (*hetero_cuda_model_destroy_fn)(hetero_cuda_model* model);
 typedef int32_t (*hetero_cuda_model_forward_fn)(hetero_cuda_model* model, const hetero_cuda_forward_args* args,
                                                  char* message, size_t message_size);
 /* Copies whole KV blocks between the device pool and host memory (to_host: 1 device to
- * host, 0 host to device), `host` holding n_blocks blocks back to back. Pinned host memory
- * (hetero_cuda_host_alloc) is copied asynchronously on the module's copy stream. */
+ * host, 0 host to device), `host` holding n_blocks blocks back to back, on the module's
+ * copy stream; returns when the copy is complete. May run on another thread while a
+ * forward pass runs, provided no pass in flight reads or writes these blocks: the copy
+ * then overlaps the pass. Pinned host memory (hetero_cuda_host_alloc) copies at full speed. */
 typedef int32_t (*hetero_cuda_model_copy_kv_fn)(hetero_cuda_model* model, int32_t to_host, const int32_t* blocks,
                                                  int32_t n_blocks, float* host, char* message, size_t message_size);
 /* Device memory the model holds (weights + KV pool + scratch), bytes. */
