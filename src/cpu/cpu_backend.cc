@@ -16,13 +16,6 @@
 namespace hetero {
 namespace {
 
-absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name) {
-  const GgufTensorInfo* t = file.FindTensor(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
-  std::vector<float> v(t->n_elements);
-  HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(v)));
-  return v;
-}
 
 void AddBias(float* y, const std::vector<float>& bias, int rows) {
   if (bias.empty()) return;
@@ -40,13 +33,12 @@ bool CpuHasBf16Matmul() {
 int DefaultCpuThreads() { return std::max(1, DetectCpu().usable_cpus); }
 
 CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
-    : model_(model),
+    : PagedBackend("CPU backend", model.config(), options.kv_block_tokens,
+                   options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : model.config().context_length,
+                   options.max_sequences),
+      model_(model),
       config_(model.config()),
-      options_(options),
-      kv_(options.kv_block_tokens,
-          ((options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : model.config().context_length) +
-           options.kv_block_tokens - 1) / options.kv_block_tokens,
-          model.config().context_length) {}
+      options_(options) {}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
   if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 0) {
@@ -93,12 +85,12 @@ absl::Status CpuBackend::Init() {
   const GgufFile& file = *model_.impl().gguf;
   const ModelConfig& c = config_;
   token_embd_ = file.FindTensor("token_embd.weight");
-  HETERO_ASSIGN_OR_RETURN(output_norm_, LoadVector(file, "output_norm.weight"));
+  HETERO_ASSIGN_OR_RETURN(output_norm_, LoadFloatTensor(file, "output_norm.weight"));
   const GgufTensorInfo* output = c.tied_embeddings ? token_embd_ : file.FindTensor("output.weight");
   HETERO_ASSIGN_OR_RETURN(output_, MakeLinear(*output));
   std::vector<float> freq_factors;
   if (c.has_rope_freq_factors) {
-    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadVector(file, "rope_freqs.weight"));
+    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));
   }
   rope_ = std::make_unique<Rope>(c, std::move(freq_factors));
   try {
@@ -110,12 +102,12 @@ absl::Status CpuBackend::Init() {
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = absl::StrCat("blk.", i, ".");
     Layer& l = layers_[i];
-    HETERO_ASSIGN_OR_RETURN(l.attn_norm, LoadVector(file, p + "attn_norm.weight"));
-    HETERO_ASSIGN_OR_RETURN(l.ffn_norm, LoadVector(file, p + "ffn_norm.weight"));
+    HETERO_ASSIGN_OR_RETURN(l.attn_norm, LoadFloatTensor(file, p + "attn_norm.weight"));
+    HETERO_ASSIGN_OR_RETURN(l.ffn_norm, LoadFloatTensor(file, p + "ffn_norm.weight"));
     if (c.attention_bias) {
-      HETERO_ASSIGN_OR_RETURN(l.q_bias, LoadVector(file, p + "attn_q.bias"));
-      HETERO_ASSIGN_OR_RETURN(l.k_bias, LoadVector(file, p + "attn_k.bias"));
-      HETERO_ASSIGN_OR_RETURN(l.v_bias, LoadVector(file, p + "attn_v.bias"));
+      HETERO_ASSIGN_OR_RETURN(l.q_bias, LoadFloatTensor(file, p + "attn_q.bias"));
+      HETERO_ASSIGN_OR_RETURN(l.k_bias, LoadFloatTensor(file, p + "attn_k.bias"));
+      HETERO_ASSIGN_OR_RETURN(l.v_bias, LoadFloatTensor(file, p + "attn_v.bias"));
     }
     HETERO_ASSIGN_OR_RETURN(l.q, MakeLinear(*file.FindTensor(p + "attn_q.weight")));
     HETERO_ASSIGN_OR_RETURN(l.k, MakeLinear(*file.FindTensor(p + "attn_k.weight")));
@@ -125,7 +117,6 @@ absl::Status CpuBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(l.up, MakeLinear(*file.FindTensor(p + "ffn_up.weight")));
     HETERO_ASSIGN_OR_RETURN(l.down, MakeLinear(*file.FindTensor(p + "ffn_down.weight")));
   }
-  kv_block_floats_ = static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_tokens * c.head_dim;
 
   const CpuInfo& cpu = DetectCpu();
   info_.kind = DeviceKind::kCpu;
@@ -143,53 +134,6 @@ absl::Status CpuBackend::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SequenceId> CpuBackend::NewSequence() {
-  MutexLock lock(&mutex_);
-  // Bounded so a caller leaking sequences fails loudly instead of exhausting memory.
-  int live = 0;
-  for (SequenceId id = 1; id < std::numeric_limits<SequenceId>::max() && live <= options_.max_sequences; ++id) {
-    if (!kv_.Contains(id)) {
-      if (id > options_.max_sequences * 1024) break;
-      continue;
-    }
-    ++live;
-  }
-  if (live >= options_.max_sequences) {
-    return absl::ResourceExhaustedError(absl::StrCat("CPU backend: ", live, " sequences live, the maximum is ",
-                                                     options_.max_sequences));
-  }
-  return kv_.NewSequence();
-}
-
-void CpuBackend::FreeSequence(SequenceId seq) {
-  MutexLock lock(&mutex_);
-  kv_.FreeSequence(seq);
-}
-
-absl::StatusOr<int> CpuBackend::SequenceLength(SequenceId seq) const {
-  MutexLock lock(&mutex_);
-  return kv_.Length(seq);
-}
-
-absl::Status CpuBackend::TruncateSequence(SequenceId seq, int length) {
-  MutexLock lock(&mutex_);
-  return kv_.Truncate(seq, length);
-}
-
-int CpuBackend::kv_capacity_tokens() const {
-  MutexLock lock(&mutex_);
-  return kv_.max_blocks() * kv_.block_tokens();
-}
-
-int CpuBackend::kv_used_tokens() const {
-  MutexLock lock(&mutex_);
-  return kv_.used_tokens();
-}
-
-size_t CpuBackend::kv_bytes_per_token() const {
-  return kv_block_floats_ * sizeof(float) / static_cast<size_t>(options_.kv_block_tokens);
-}
-
 absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
   MutexLock lock(&mutex_);
   HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
@@ -205,10 +149,10 @@ absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
 }
 
 absl::StatusOr<SequenceId> CpuBackend::SwapIn(const SavedSequence& saved) {
+  HETERO_RETURN_IF_ERROR(SavedBlocks(saved).status());
   MutexLock lock(&mutex_);
-  const size_t blocks_needed = (static_cast<size_t>(saved.tokens) + options_.kv_block_tokens - 1) / options_.kv_block_tokens;
-  if (saved.data.size() != blocks_needed * kv_block_floats_) {
-    return absl::InvalidArgumentError("SwapIn: saved KV does not match this backend's layout");
+  if (kv_.live_sequences() >= max_sequences_) {
+    return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
   }
   const SequenceId seq = kv_.NewSequence();
   absl::Status s = kv_.Reserve(seq, saved.tokens);
@@ -229,20 +173,6 @@ float* CpuBackend::KvBlock(int block) {
   auto& storage = kv_blocks_[block];
   if (storage == nullptr) storage.reset(new float[kv_block_floats_]);
   return storage.get();
-}
-
-absl::Status CpuBackend::ReserveRows(const std::vector<Row>& rows) {
-  // Rows of one sequence are consecutive positions starting at its current length.
-  for (size_t i = 0; i < rows.size();) {
-    size_t j = i;
-    while (j < rows.size() && rows[j].seq == rows[i].seq) ++j;
-    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(rows[i].seq));
-    if (rows[i].position != length) return absl::InternalError("rows out of order");
-    absl::Status s = kv_.Reserve(rows[i].seq, static_cast<int>(j - i));
-    if (!s.ok()) return s;
-    i = j;
-  }
-  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits) {
@@ -343,70 +273,42 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
-  if (tokens.empty()) return absl::InvalidArgumentError("Prefill needs at least one token");
-  const SequenceChunk chunk{seq, tokens};
-  return Step({&chunk, 1}, logits);
-}
-
 absl::Status CpuBackend::PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
   if (logits.size() < tokens.size() * config_.n_vocab) return absl::InvalidArgumentError("logits buffer too small");
+  if (tokens.empty()) return absl::InvalidArgumentError("PrefillAllLogits needs at least one token");
+  const SequenceChunk chunk{seq, tokens};
   MutexLock lock(&mutex_);
-  HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
+  HETERO_ASSIGN_OR_RETURN(std::vector<int> lengths, ReserveChunks({&chunk, 1}));
   std::vector<Row> rows;
   std::vector<int> all;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    rows.push_back({seq, static_cast<int32_t>(length + i), tokens[i]});
+    rows.push_back({seq, static_cast<int32_t>(lengths[0] + i), tokens[i]});
     all.push_back(static_cast<int>(i));
   }
-  HETERO_RETURN_IF_ERROR(ReserveRows(rows));
   absl::Status s = Forward(rows, all, logits.data());
-  if (!s.ok()) kv_.Truncate(seq, length).IgnoreError();
+  if (!s.ok()) RollBack({&chunk, 1}, lengths);
   return s;
 }
 
-absl::Status CpuBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
-                                absl::Span<float> logits) {
-  if (seqs.size() != tokens.size() || seqs.empty()) {
-    return absl::InvalidArgumentError("Decode needs one token per sequence and at least one sequence");
-  }
-  std::vector<SequenceChunk> chunks;
-  chunks.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
-  return Step(chunks, logits);
-}
-
 absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) {
-  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
   if (logits.size() < chunks.size() * config_.n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
                                                    chunks.size() * config_.n_vocab));
   }
   MutexLock lock(&mutex_);
+  HETERO_ASSIGN_OR_RETURN(std::vector<int> lengths, ReserveChunks(chunks));
   std::vector<Row> rows;
   std::vector<int> last_rows;
-  std::vector<int> lengths;
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i].tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " has no tokens"));
-    for (size_t j = 0; j < i; ++j) {
-      if (chunks[j].seq == chunks[i].seq) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence ", chunks[i].seq, " appears twice"));
-      }
-    }
-    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(chunks[i].seq));
-    lengths.push_back(length);
     for (size_t t = 0; t < chunks[i].tokens.size(); ++t) {
-      rows.push_back({chunks[i].seq, static_cast<int32_t>(length + t), chunks[i].tokens[t]});
+      rows.push_back({chunks[i].seq, static_cast<int32_t>(lengths[i] + t), chunks[i].tokens[t]});
     }
     last_rows.push_back(static_cast<int>(rows.size()) - 1);
   }
-  absl::Status s = ReserveRows(rows);
   ws_.scratch.decode = rows.size() == chunks.size();  // one token per sequence
-  if (s.ok()) s = Forward(rows, last_rows, logits.data());
+  absl::Status s = Forward(rows, last_rows, logits.data());
   ws_.scratch.decode = false;
-  if (!s.ok()) {
-    for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i]).IgnoreError();
-  }
+  if (!s.ok()) RollBack(chunks, lengths);
   return s;
 }
 

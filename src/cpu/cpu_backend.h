@@ -16,6 +16,7 @@
 #include "src/cpu/linear.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/kv_cache.h"
+#include "src/runtime/paged_backend.h"
 
 namespace hetero {
 
@@ -48,25 +49,15 @@ struct CpuBackendOptions {
   int bf16_min_rows = 0;
 };
 
-class CpuBackend : public Backend {
+class CpuBackend : public PagedBackend {
  public:
   // `model` must outlive the backend (weights are read from its mapping).
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model, const CpuBackendOptions& options);
 
   const BackendInfo& info() const override { return info_; }
   int vocab_size() const override { return config_.n_vocab; }
-  absl::StatusOr<SequenceId> NewSequence() override;
-  void FreeSequence(SequenceId seq) override;
-  absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
-  absl::Status TruncateSequence(SequenceId seq, int length) override;
-  int kv_capacity_tokens() const override;
-  int kv_used_tokens() const override;
-  size_t kv_bytes_per_token() const override;
   absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) override;
   absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override;
-  absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
-  absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
-                      absl::Span<float> logits) override;
   absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override;
 
   // Logits for every position of `tokens` appended to `seq` (tests: compare decode with
@@ -90,7 +81,6 @@ class CpuBackend : public Backend {
   absl::Status Init();
   absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  absl::Status ReserveRows(const std::vector<Row>& rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 
@@ -106,10 +96,7 @@ class CpuBackend : public Backend {
   std::unique_ptr<Rope> rope_;
   std::unique_ptr<Attention> attention_;  // holds scratch: used under mutex_
 
-  mutable Mutex mutex_;
-  KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::unique_ptr<float[]>> kv_blocks_ ABSL_GUARDED_BY(mutex_);
-  size_t kv_block_floats_ = 0;
   // Work buffers, reused across calls.
   struct Workspace {
     LinearScratch scratch;

@@ -13,24 +13,18 @@ namespace {
 
 constexpr int kBlock = 32;
 
-float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return Fp16ToFp32(h);
-}
-
 // The weight offset of one block: Q4_0's -8 d, Q4_1's minimum, Q8_0's -128 d sum(q).
 float BlockOffset(TensorType type, const uint8_t* blk) {
   switch (type) {
     case TensorType::kQ4_0:
-      return -8.0f * Half(blk);
+      return -8.0f * LoadFp16(blk);
     case TensorType::kQ4_1:
-      return Half(blk + 2);
+      return LoadFp16(blk + 2);
     default: {  // Q8_0
       const auto* q = reinterpret_cast<const int8_t*>(blk + 2);
       int sum = 0;
       for (int i = 0; i < kBlock; ++i) sum += q[i];
-      return -128.0f * static_cast<float>(sum) * Half(blk);
+      return -128.0f * static_cast<float>(sum) * LoadFp16(blk);
     }
   }
 }
@@ -183,13 +177,13 @@ float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActiva
       const auto* qw = reinterpret_cast<const int8_t*>(blk + 2);
       const uint8_t* qa = a.q_biased.data() + static_cast<size_t>(m) * a.cols + b * kBlock;
       for (int j = 0; j < kBlock; ++j) dot += qw[j] * qa[j];
-      sum += Half(blk) * ad[b] * static_cast<float>(dot) + BlockOffset(w.type, blk) * ad[b];
+      sum += LoadFp16(blk) * ad[b] * static_cast<float>(dot) + BlockOffset(w.type, blk) * ad[b];
     } else {
       const int8_t* qa = a.q.data() + static_cast<size_t>(m) * a.cols + b * kBlock;
       const uint8_t* blk = wrow + b * (w.type == TensorType::kQ4_0 ? 18 : 20);
       const uint8_t* qs = blk + (w.type == TensorType::kQ4_0 ? 2 : 4);
       for (int j = 0; j < 16; ++j) dot += (qs[j] & 0x0F) * qa[j] + (qs[j] >> 4) * qa[j + 16];
-      sum += Half(blk) * ad[b] * static_cast<float>(dot) + BlockOffset(w.type, blk) * ads[b];
+      sum += LoadFp16(blk) * ad[b] * static_cast<float>(dot) + BlockOffset(w.type, blk) * ads[b];
     }
   }
   return sum;

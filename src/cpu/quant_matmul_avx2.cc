@@ -16,12 +16,6 @@ namespace {
 
 constexpr int kBlock = 32;
 
-float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return Fp16ToFp32(h);
-}
-
 // Eight int32 partial sums of the 32 products of unsigned `w` and signed `a` bytes.
 inline __m256i DotBytes(__m256i w_unsigned, __m256i a_signed) {
   const __m256i pairs = _mm256_maddubs_epi16(w_unsigned, a_signed);
@@ -54,7 +48,7 @@ void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivation
     }
     for (int b = 0; b < nb; ++b) {
       const uint8_t* blk = wrow + b * block_bytes;
-      const float d = Half(blk);
+      const float d = LoadFp16(blk);
       __m256i wv;
       float offset = 0.0f;
       if (q8) {
@@ -63,7 +57,7 @@ void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivation
         // Low nibbles are elements 0..15, high nibbles 16..31.
         const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q4_1 ? 4 : 2)));
         wv = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_nibbles);
-        offset = q4_1 ? Half(blk + 2) : -8.0f * d;
+        offset = q4_1 ? LoadFp16(blk + 2) : -8.0f * d;
       }
       const __m256i w_abs = q8 ? _mm256_sign_epi8(wv, wv) : wv;
       for (int t = 0; t < tile; ++t) {

@@ -76,25 +76,17 @@ absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::stri
   return m;
 }
 
-absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name) {
-  const GgufTensorInfo* t = file.FindTensor(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
-  std::vector<float> v(t->n_elements);
-  HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(v)));
-  return v;
-}
 
 }  // namespace
 
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options)
-    : model_(model),
+    : PagedBackend("CUDA backend", model.config(), options.kv_block_tokens,
+                   options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * model.config().context_length,
+                   options.max_sequences),
+      model_(model),
       config_(model.config()),
       options_(options),
-      api_(std::make_unique<Api>()),
-      kv_(options.kv_block_tokens,
-          ((options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * model.config().context_length) +
-           options.kv_block_tokens - 1) / options.kv_block_tokens,
-          model.config().context_length) {}
+      api_(std::make_unique<Api>()) {}
 
 CudaBackend::~CudaBackend() {
   if (device_model_ != nullptr) api_->destroy(device_model_);
@@ -133,14 +125,14 @@ absl::Status CudaBackend::Init() {
   const GgufFile& file = *model_.impl().gguf;
   std::vector<float> freq_factors;
   if (c.has_rope_freq_factors) {
-    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadVector(file, "rope_freqs.weight"));
+    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));
   }
   const Rope rope(c, std::move(freq_factors));
 
   // Host copies live until the module has uploaded them.
   const GgufTensorInfo* token_embd = file.FindTensor("token_embd.weight");
   HETERO_ASSIGN_OR_RETURN(PreparedMatrix embd, PrepareMatrix(token_embd, "token_embd.weight"));
-  HETERO_ASSIGN_OR_RETURN(std::vector<float> output_norm, LoadVector(file, "output_norm.weight"));
+  HETERO_ASSIGN_OR_RETURN(std::vector<float> output_norm, LoadFloatTensor(file, "output_norm.weight"));
   PreparedMatrix output;
   if (c.tied_embeddings) {
     output = embd;
@@ -157,12 +149,12 @@ absl::Status CudaBackend::Init() {
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = absl::StrCat("blk.", i, ".");
     HostLayer& h = host[i];
-    HETERO_ASSIGN_OR_RETURN(h.attn_norm, LoadVector(file, p + "attn_norm.weight"));
-    HETERO_ASSIGN_OR_RETURN(h.ffn_norm, LoadVector(file, p + "ffn_norm.weight"));
+    HETERO_ASSIGN_OR_RETURN(h.attn_norm, LoadFloatTensor(file, p + "attn_norm.weight"));
+    HETERO_ASSIGN_OR_RETURN(h.ffn_norm, LoadFloatTensor(file, p + "ffn_norm.weight"));
     if (c.attention_bias) {
-      HETERO_ASSIGN_OR_RETURN(h.q_bias, LoadVector(file, p + "attn_q.bias"));
-      HETERO_ASSIGN_OR_RETURN(h.k_bias, LoadVector(file, p + "attn_k.bias"));
-      HETERO_ASSIGN_OR_RETURN(h.v_bias, LoadVector(file, p + "attn_v.bias"));
+      HETERO_ASSIGN_OR_RETURN(h.q_bias, LoadFloatTensor(file, p + "attn_q.bias"));
+      HETERO_ASSIGN_OR_RETURN(h.k_bias, LoadFloatTensor(file, p + "attn_k.bias"));
+      HETERO_ASSIGN_OR_RETURN(h.v_bias, LoadFloatTensor(file, p + "attn_v.bias"));
     }
     const std::pair<PreparedMatrix*, const char*> matrices[] = {
         {&h.q, "attn_q.weight"},    {&h.k, "attn_k.weight"},  {&h.v, "attn_v.weight"},     {&h.o, "attn_output.weight"},
@@ -212,7 +204,6 @@ absl::Status CudaBackend::Init() {
   char message[512] = {};
   HETERO_RETURN_IF_ERROR(ModuleStatus(api.create(&d, &device_model_, message, sizeof message), "creating the model",
                                       message));
-  kv_block_floats_ = static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * options_.kv_block_tokens * c.head_dim;
 
   const CudaDeviceInfo& dev = QueryDevices().cuda.devices[options_.device];
   info_.kind = DeviceKind::kCuda;
@@ -221,48 +212,9 @@ absl::Status CudaBackend::Init() {
                                      " GEMV for decode, float16 cuBLAS for prompts");
   info_.threads = 1;
   info_.weight_bytes = api.device_bytes(device_model_);
-  info_.max_sequences = options_.max_sequences;
+  info_.max_sequences = max_sequences_;
   info_.max_context = c.context_length;
   return absl::OkStatus();
-}
-
-absl::StatusOr<SequenceId> CudaBackend::NewSequence() {
-  MutexLock lock(&mutex_);
-  // Bounded so a caller leaking sequences fails loudly instead of exhausting the pool.
-  if (kv_.live_sequences() >= options_.max_sequences) {
-    return absl::ResourceExhaustedError(absl::StrCat("CUDA backend: ", options_.max_sequences,
-                                                     " sequences live, the maximum"));
-  }
-  return kv_.NewSequence();
-}
-
-void CudaBackend::FreeSequence(SequenceId seq) {
-  MutexLock lock(&mutex_);
-  if (kv_.Contains(seq)) kv_.FreeSequence(seq);
-}
-
-absl::StatusOr<int> CudaBackend::SequenceLength(SequenceId seq) const {
-  MutexLock lock(&mutex_);
-  return kv_.Length(seq);
-}
-
-absl::Status CudaBackend::TruncateSequence(SequenceId seq, int length) {
-  MutexLock lock(&mutex_);
-  return kv_.Truncate(seq, length);
-}
-
-int CudaBackend::kv_capacity_tokens() const {
-  MutexLock lock(&mutex_);
-  return kv_.max_blocks() * kv_.block_tokens();
-}
-
-int CudaBackend::kv_used_tokens() const {
-  MutexLock lock(&mutex_);
-  return kv_.used_tokens();
-}
-
-size_t CudaBackend::kv_bytes_per_token() const {
-  return kv_block_floats_ * sizeof(float) / static_cast<size_t>(options_.kv_block_tokens);
 }
 
 // The copies run without the lock, so other sequences' passes go on meanwhile (the
@@ -288,18 +240,13 @@ absl::StatusOr<SavedSequence> CudaBackend::SwapOut(SequenceId seq) {
 }
 
 absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
-  const size_t blocks_needed =
-      (static_cast<size_t>(saved.tokens) + options_.kv_block_tokens - 1) / options_.kv_block_tokens;
-  if (saved.tokens < 0 || saved.data.size() != blocks_needed * kv_block_floats_) {
-    return absl::InvalidArgumentError("SwapIn: saved KV does not match this backend's layout");
-  }
+  HETERO_RETURN_IF_ERROR(SavedBlocks(saved).status());
   SequenceId seq;
   std::vector<int32_t> blocks;
   {
     MutexLock lock(&mutex_);
-    if (kv_.live_sequences() >= options_.max_sequences) {
-      return absl::ResourceExhaustedError(absl::StrCat("CUDA backend: ", options_.max_sequences,
-                                                       " sequences live, the maximum"));
+    if (kv_.live_sequences() >= max_sequences_) {
+      return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
     }
     seq = kv_.NewSequence();
     if (absl::Status s = kv_.Reserve(seq, saved.tokens); !s.ok()) {
@@ -366,23 +313,6 @@ absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<i
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
-  if (tokens.empty()) return absl::InvalidArgumentError("Prefill needs at least one token");
-  const SequenceChunk chunk{seq, tokens};
-  return Step({&chunk, 1}, logits);
-}
-
-absl::Status CudaBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
-                                 absl::Span<float> logits) {
-  if (seqs.size() != tokens.size() || seqs.empty()) {
-    return absl::InvalidArgumentError("Decode needs one token per sequence and at least one sequence");
-  }
-  std::vector<SequenceChunk> chunks;
-  chunks.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
-  return Step(chunks, logits);
-}
-
 absl::Status CudaBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) {
   if (logits.size() < chunks.size() * config_.n_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("logits buffer holds ", logits.size(), " floats, need ",
@@ -404,28 +334,9 @@ absl::Status CudaBackend::DecodeGreedy(absl::Span<const SequenceId> seqs, absl::
 }
 
 absl::Status CudaBackend::Run(absl::Span<const SequenceChunk> chunks, float* logits, int32_t* greedy) {
-  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
   MutexLock lock(&mutex_);
-  std::vector<int> lengths;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (chunks[i].tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " has no tokens"));
-    for (size_t j = 0; j < i; ++j) {
-      if (chunks[j].seq == chunks[i].seq) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence ", chunks[i].seq, " appears twice"));
-      }
-    }
-    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(chunks[i].seq));
-    lengths.push_back(length);
-  }
-  auto rollback = [&] {
-    for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i]).IgnoreError();
-  };
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    if (absl::Status s = kv_.Reserve(chunks[i].seq, static_cast<int>(chunks[i].tokens.size())); !s.ok()) {
-      rollback();
-      return s;
-    }
-  }
+  HETERO_ASSIGN_OR_RETURN(std::vector<int> lengths, ReserveChunks(chunks));
+  auto rollback = [&] { RollBack(chunks, lengths); };
   // Passes of at most max_rows_per_pass rows; each chunk's output comes from the pass
   // holding its last token.
   const int max_rows = options_.max_rows_per_pass;

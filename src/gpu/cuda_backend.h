@@ -13,8 +13,7 @@
 #include "absl/status/statusor.h"
 #include "hetero/model.h"
 #include "src/runtime/backend.h"
-#include "src/runtime/kv_cache.h"
-#include "src/runtime/sync.h"
+#include "src/runtime/paged_backend.h"
 
 struct hetero_cuda_model;
 
@@ -28,7 +27,7 @@ struct CudaBackendOptions {
   int max_rows_per_pass = 512;  // longer prompts run in several passes
 };
 
-class CudaBackend : public Backend {
+class CudaBackend : public PagedBackend {
  public:
   // Unavailable (with the module's reason) where there is no usable GPU.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const Model& model, const CudaBackendOptions& options);
@@ -36,18 +35,8 @@ class CudaBackend : public Backend {
 
   const BackendInfo& info() const override { return info_; }
   int vocab_size() const override { return config_.n_vocab; }
-  absl::StatusOr<SequenceId> NewSequence() override;
-  void FreeSequence(SequenceId seq) override;
-  absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
-  absl::Status TruncateSequence(SequenceId seq, int length) override;
-  int kv_capacity_tokens() const override;
-  int kv_used_tokens() const override;
-  size_t kv_bytes_per_token() const override;
   absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) override;
   absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override;
-  absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
-  absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
-                      absl::Span<float> logits) override;
   absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override;
   // Chooses on the device: only the chosen ids cross the bus.
   absl::Status DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
@@ -76,10 +65,6 @@ class CudaBackend : public Backend {
   BackendInfo info_;
   std::unique_ptr<Api> api_;
   hetero_cuda_model* device_model_ = nullptr;
-  size_t kv_block_floats_ = 0;
-
-  mutable Mutex mutex_;
-  KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace hetero

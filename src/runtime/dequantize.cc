@@ -321,4 +321,13 @@ absl::Status DequantizeTensor(const GgufTensorInfo& tensor, absl::Span<float> ds
   return absl::Status(status.code(), absl::StrCat("tensor '", PrintableName(tensor.name), "': ", status.message()));
 }
 
+absl::StatusOr<std::vector<float>> LoadFloatTensor(const GgufFile& file, const std::string& name) {
+  const GgufTensorInfo* t = file.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+  std::vector<float> v(t->n_elements);
+  absl::Status s = DequantizeTensor(*t, absl::MakeSpan(v));
+  if (!s.ok()) return s;
+  return v;
+}
+
 }  // namespace hetero

@@ -7,7 +7,11 @@
 
 #include <cstdint>
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "src/runtime/gguf.h"
 #include "src/runtime/tensor_type.h"
@@ -21,6 +25,9 @@ absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Sp
 
 // Dequantizes a whole tensor from a GGUF file; errors name the tensor.
 absl::Status DequantizeTensor(const GgufTensorInfo& tensor, absl::Span<float> dst);
+
+// The named tensor of `file` as floats (norm weights, biases); NotFound naming it if absent.
+absl::StatusOr<std::vector<float>> LoadFloatTensor(const GgufFile& file, const std::string& name);
 
 }  // namespace hetero
 

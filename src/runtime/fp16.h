@@ -39,6 +39,13 @@ inline float Fp16ToFp32(uint16_t h) {
 }
 
 // Round to nearest, ties to even; overflow gives infinity; NaN stays NaN (quiet).
+// An fp16 value stored at `p` (any alignment, e.g. a GGUF block's scale).
+inline float LoadFp16(const void* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return Fp16ToFp32(h);
+}
+
 inline uint16_t Fp32ToFp16(float f) {
   const uint32_t bits = FloatToBits(f);
   const uint32_t sign = (bits >> 16) & 0x8000u;

@@ -1,0 +1,112 @@
+#include "src/runtime/paged_backend.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+
+PagedBackend::PagedBackend(std::string name, const ModelConfig& config, int kv_block_tokens, int kv_capacity_tokens,
+                           int max_sequences)
+    : name_(std::move(name)),
+      kv_block_tokens_(kv_block_tokens),
+      kv_block_floats_(static_cast<size_t>(config.n_layers) * 2 * config.n_kv_heads * kv_block_tokens *
+                       config.head_dim),
+      max_sequences_(max_sequences),
+      kv_(kv_block_tokens, (kv_capacity_tokens + kv_block_tokens - 1) / kv_block_tokens, config.context_length) {}
+
+absl::StatusOr<SequenceId> PagedBackend::NewSequence() {
+  MutexLock lock(&mutex_);
+  // Bounded so a caller leaking sequences fails loudly instead of exhausting memory.
+  if (kv_.live_sequences() >= max_sequences_) {
+    return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", kv_.live_sequences(),
+                                                     " sequences live, the maximum is ", max_sequences_));
+  }
+  return kv_.NewSequence();
+}
+
+void PagedBackend::FreeSequence(SequenceId seq) {
+  MutexLock lock(&mutex_);
+  if (kv_.Contains(seq)) kv_.FreeSequence(seq);
+}
+
+absl::StatusOr<int> PagedBackend::SequenceLength(SequenceId seq) const {
+  MutexLock lock(&mutex_);
+  return kv_.Length(seq);
+}
+
+absl::Status PagedBackend::TruncateSequence(SequenceId seq, int length) {
+  MutexLock lock(&mutex_);
+  return kv_.Truncate(seq, length);
+}
+
+int PagedBackend::kv_capacity_tokens() const {
+  MutexLock lock(&mutex_);
+  return kv_.max_blocks() * kv_.block_tokens();
+}
+
+int PagedBackend::kv_used_tokens() const {
+  MutexLock lock(&mutex_);
+  return kv_.used_tokens();
+}
+
+size_t PagedBackend::kv_bytes_per_token() const {
+  return kv_block_floats_ * sizeof(float) / static_cast<size_t>(kv_block_tokens_);
+}
+
+absl::Status PagedBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
+  if (tokens.empty()) return absl::InvalidArgumentError("Prefill needs at least one token");
+  const SequenceChunk chunk{seq, tokens};
+  return Step({&chunk, 1}, logits);
+}
+
+absl::Status PagedBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                                  absl::Span<float> logits) {
+  if (seqs.size() != tokens.size() || seqs.empty()) {
+    return absl::InvalidArgumentError("Decode needs one token per sequence and at least one sequence");
+  }
+  std::vector<SequenceChunk> chunks;
+  chunks.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
+  return Step(chunks, logits);
+}
+
+absl::StatusOr<std::vector<int>> PagedBackend::ReserveChunks(absl::Span<const SequenceChunk> chunks) {
+  if (chunks.empty()) return absl::InvalidArgumentError("Step needs at least one sequence");
+  std::vector<int> lengths;
+  lengths.reserve(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("chunk ", i, " has no tokens"));
+    for (size_t j = 0; j < i; ++j) {
+      if (chunks[j].seq == chunks[i].seq) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", chunks[i].seq, " appears twice"));
+      }
+    }
+    HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(chunks[i].seq));
+    lengths.push_back(length);
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (absl::Status s = kv_.Reserve(chunks[i].seq, static_cast<int>(chunks[i].tokens.size())); !s.ok()) {
+      RollBack(chunks.subspan(0, i), lengths);
+      return s;
+    }
+  }
+  return lengths;
+}
+
+void PagedBackend::RollBack(absl::Span<const SequenceChunk> chunks, const std::vector<int>& lengths) {
+  for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i]).IgnoreError();
+}
+
+absl::StatusOr<size_t> PagedBackend::SavedBlocks(const SavedSequence& saved) const {
+  const int bt = kv_block_tokens_;
+  const size_t blocks = (static_cast<size_t>(std::max(saved.tokens, 0)) + bt - 1) / bt;
+  if (saved.tokens < 0 || saved.data.size() != blocks * kv_block_floats_) {
+    return absl::InvalidArgumentError(absl::StrCat("SwapIn: saved KV (", saved.tokens, " tokens, ", saved.data.size(),
+                                                   " floats) does not match ", name_, "'s layout"));
+  }
+  return blocks;
+}
+
+}  // namespace hetero

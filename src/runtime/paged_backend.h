@@ -1,0 +1,60 @@
+// What the CPU and CUDA backends share: a paged KV cache's block table under one lock, the
+// bookkeeping of sequences, and the checks and reservations of a batched step. Both keep
+// KV blocks of kv_block_floats floats in one layout, so either can read what the other
+// saved (SwapOut / SwapIn: the KV handoff).
+#ifndef HETERO_RUNTIME_PAGED_BACKEND_H_
+#define HETERO_RUNTIME_PAGED_BACKEND_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "hetero/model.h"
+#include "src/runtime/backend.h"
+#include "src/runtime/kv_cache.h"
+#include "src/runtime/sync.h"
+
+namespace hetero {
+
+class PagedBackend : public Backend {
+ public:
+  absl::StatusOr<SequenceId> NewSequence() override;
+  void FreeSequence(SequenceId seq) override;
+  absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
+  absl::Status TruncateSequence(SequenceId seq, int length) override;
+  int kv_capacity_tokens() const override;
+  int kv_used_tokens() const override;
+  size_t kv_bytes_per_token() const override;
+  // Both as a Step of one chunk per sequence.
+  absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
+  absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
+                      absl::Span<float> logits) override;
+
+ protected:
+  // `name` names the backend in errors ("CPU backend"). Capacity: `kv_capacity_tokens` over
+  // all sequences, in blocks of `kv_block_tokens`.
+  PagedBackend(std::string name, const ModelConfig& config, int kv_block_tokens, int kv_capacity_tokens,
+               int max_sequences);
+
+  // Checks a step's chunks (at least one, each with tokens, distinct sequences that exist),
+  // reserves room for their tokens and returns each sequence's length before them. On
+  // failure nothing has changed.
+  absl::StatusOr<std::vector<int>> ReserveChunks(absl::Span<const SequenceChunk> chunks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Puts the chunks' sequences back to `lengths` (a step that failed part way).
+  void RollBack(absl::Span<const SequenceChunk> chunks, const std::vector<int>& lengths)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The blocks SwapIn needs for `saved`, after checking it has this layout's size.
+  absl::StatusOr<size_t> SavedBlocks(const SavedSequence& saved) const;
+
+  const std::string name_;
+  const int kv_block_tokens_;
+  const size_t kv_block_floats_;  // n_layers * 2 * n_kv_heads * kv_block_tokens * head_dim
+  const int max_sequences_;
+  mutable Mutex mutex_;
+  KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_PAGED_BACKEND_H_
