@@ -63,7 +63,10 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   if (task.report.time_to_first_token_ms == 0 && job->first_token != Clock::time_point{}) {
     task.report.time_to_first_token_ms = task.MsSinceStart(job->first_token);
   }
-  if (!job->status.ok()) return job->status;
+  // A fresh Status, not a copy: a copy shares its message with the job's, whose last
+  // reference the worker thread may drop at any time, and the shared count lives in
+  // Debian's (uninstrumented) Abseil, where ThreadSanitizer cannot see it synchronise.
+  if (!job->status.ok()) return absl::Status(job->status.code(), job->status.message());
   task.reply = job->text;
   if (task.options->tool_registry != nullptr) task.parsed = ParseToolCalls(task.reply, task.tool_format);
   return absl::OkStatus();
