@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/devices.h"
 #include "hetero/engine.h"
@@ -339,8 +340,9 @@ class DeviceByTurnScheduler : public Scheduler {
   std::atomic<Device> device{Device::kGpu};
 };
 
-// The engine decodes on the GPU, and a session's KV follows it to the CPU and back between
-// turns (handed over, not recomputed: the next turn reuses the earlier prompt).
+// The engine encodes prompts on the CPU and hands their KV to the GPU to decode (the seed
+// design), and a session's KV follows Generate to the CPU and back between turns (handed
+// over, not recomputed: the next turn reuses the earlier prompt).
 TEST_F(CudaDefaultModelTest, EngineMovesASessionsKvBetweenDevices) {
   auto scheduler = std::make_shared<DeviceByTurnScheduler>();
   EngineOptions o;
@@ -359,7 +361,11 @@ TEST_F(CudaDefaultModelTest, EngineMovesASessionsKvBetweenDevices) {
     ASSERT_TRUE(result.ok()) << result.status();
     const TaskReport& r = result->report;
     ASSERT_EQ(r.stages.size(), 2u);
-    EXPECT_EQ(r.stages[1].device, d);
+    EXPECT_EQ(r.stages[0].device, Device::kCpu);  // Understand encodes on the CPU...
+    EXPECT_EQ(r.stages[1].device, d);               // ...and Generate decodes where placed
+    if (d == Device::kGpu) {
+      EXPECT_THAT(r.stages[0].reason, ::testing::HasSubstr("KV handed to the gpu")) << r.stages[0].reason;
+    }
     EXPECT_GT(r.generated_tokens, 0);
     EXPECT_FALSE(result->text.empty());
     if (previous_prompt > 0) {

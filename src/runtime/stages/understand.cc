@@ -1,4 +1,8 @@
 #include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/status_macros.h"
@@ -18,6 +22,26 @@ TaskState TaskContext::State() const {
   s.expected_tool_seconds = options->tools.expected_seconds;
   s.latency_target_seconds = options->latency_target_seconds;
   return s;
+}
+
+// Moves a session's cached KV to `device` through host memory (both backends keep one
+// block layout). False when the move failed and the cache was dropped.
+bool MoveSessionKv(StageServices& services, SessionKv& kv, Device device) {
+  if (!kv.seq.has_value() || kv.device == device) return true;
+  Backend& from = services.Worker(kv.device).backend();
+  Backend& to = services.Worker(device).backend();
+  absl::StatusOr<SavedSequence> saved = from.SwapOut(*kv.seq);
+  absl::StatusOr<SequenceId> moved = saved.ok() ? to.SwapIn(*saved) : saved.status();
+  if (moved.ok()) {
+    kv.seq = *moved;
+    kv.device = device;
+    return true;
+  }
+  if (!saved.ok()) from.FreeSequence(*kv.seq);
+  kv.seq.reset();
+  kv.tokens.clear();
+  kv.device = device;
+  return false;
 }
 
 void ReleaseSessionKv(StageServices& services, SessionKv& kv) {
@@ -56,24 +80,17 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
 
   const Placement placement = services.Place(Stage::kUnderstand, task.State());
   task.generate_placement = services.Place(Stage::kGenerate, task.State());
-  // Prefill runs where the KV will be decoded. When that device changes, the cached KV
-  // moves with the session through host memory (both backends share one block layout);
-  // only if the move fails is it dropped and the prompt encoded again.
-  if (kv.seq.has_value() && kv.device != task.generate_placement.device) {
-    Backend& from = services.Worker(kv.device).backend();
-    Backend& to = services.Worker(task.generate_placement.device).backend();
-    absl::StatusOr<SavedSequence> saved = from.SwapOut(*kv.seq);
-    absl::StatusOr<SequenceId> moved = saved.ok() ? to.SwapIn(*saved) : saved.status();
-    if (moved.ok()) {
-      kv.seq = *moved;
-    } else {
-      if (!saved.ok()) from.FreeSequence(*kv.seq);
-      kv.seq.reset();
-      kv.tokens.clear();
-      task.reused_tokens = 0;
-    }
+  const Device understand_device = placement.device;
+  const Device generate_device = task.generate_placement.device;
+  // With Understand and Generate on different devices (the seed policy on a machine with a
+  // GPU), the prompt but its last token is encoded where Understand runs and its KV then
+  // handed to the Generate device, which encodes the last token (its logits start
+  // generation) and decodes. Otherwise the whole prompt is encoded where Generate runs.
+  const bool split = understand_device != generate_device && task.prompt_tokens.size() - common > 1;
+  if (kv.seq.has_value() && !MoveSessionKv(services, kv, split ? understand_device : generate_device)) {
+    task.reused_tokens = 0;  // the move failed: the cache was dropped, encode again
   }
-  kv.device = task.generate_placement.device;
+  kv.device = split ? understand_device : generate_device;
   Backend& backend = services.Worker(kv.device).backend();
   if (!kv.seq.has_value()) {
     HETERO_ASSIGN_OR_RETURN(SequenceId seq, backend.NewSequence());
@@ -82,17 +99,52 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   }
   HETERO_RETURN_IF_ERROR(backend.TruncateSequence(*kv.seq, static_cast<int>(task.reused_tokens)));
   kv.tokens.resize(task.reused_tokens);
+  const size_t encoded_here = task.prompt_tokens.size() - task.reused_tokens;
+
+  std::string handoff;
+  if (split) {
+    auto job = std::make_shared<GenerationJob>();
+    job->seq = *kv.seq;
+    job->prefill_tokens.assign(task.prompt_tokens.begin() + task.reused_tokens, task.prompt_tokens.end() - 1);
+    job->max_tokens = 0;  // prefill only
+    job->deadline = task.deadline;
+    job->cancelled = task.cancelled;
+    DeviceWorker& worker = services.Worker(kv.device);
+    HETERO_RETURN_IF_ERROR(worker.Submit(job));
+    worker.Wait(job);
+    kv.tokens.insert(kv.tokens.end(), job->prefill_tokens.begin(),
+                     job->prefill_tokens.begin() + job->kv_tokens_appended);
+    if (!job->status.ok()) return absl::Status(job->status.code(), job->status.message());
+    task.reused_tokens = kv.tokens.size();  // Generate encodes only the last token
+    const auto moved_at = Clock::now();
+    if (MoveSessionKv(services, kv, generate_device)) {
+      handoff = absl::StrFormat("; KV handed to the %s in %.2f ms", DeviceName(generate_device),
+                                std::chrono::duration<double, std::milli>(Clock::now() - moved_at).count());
+    } else {
+      handoff = absl::StrCat("; KV handoff to the ", std::string(DeviceName(generate_device)),
+                             " failed, prompt encoded again there");
+      task.reused_tokens = 0;
+    }
+    kv.device = generate_device;
+    Backend& generate_backend = services.Worker(kv.device).backend();
+    if (!kv.seq.has_value()) {
+      HETERO_ASSIGN_OR_RETURN(SequenceId seq, generate_backend.NewSequence());
+      kv.seq = seq;
+      kv.tokens.clear();
+    }
+  }
 
   StageReport r;
   r.stage = Stage::kUnderstand;
-  r.device = placement.device;
-  r.reason = placement.reason;
+  // The device that encoded the prompt (where Generate runs, unless split above).
+  r.device = split ? understand_device : generate_device;
+  r.reason = absl::StrCat(placement.reason, handoff);
   r.start_ms = task.MsSinceStart(start);
   r.end_ms = task.MsSinceStart(Clock::now());  // completed by Generate once prefill ran
-  r.tokens_in = static_cast<int>(task.prompt_tokens.size() - task.reused_tokens);
+  r.tokens_in = static_cast<int>(encoded_here);
   task.report.stages.push_back(r);
   task.report.prompt_tokens = static_cast<int>(task.prompt_tokens.size());
-  task.report.reused_prompt_tokens = static_cast<int>(task.reused_tokens);
+  task.report.reused_prompt_tokens = static_cast<int>(common);
   return absl::OkStatus();
 }
 
