@@ -1,6 +1,6 @@
 // hetero-bench: prompt-processing and generation throughput, like llama-bench.
 //
-//   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS]
+//   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS]
 //                [--precision auto|f32|bf16] [--bf16-min-rows R] [--json]
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
     } else if (a == "--limit") {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu] [-r REPS] "
+      std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS] "
                   "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
