@@ -1,15 +1,17 @@
 // hetero-bench: prompt-processing and generation throughput, like llama-bench.
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS]
-//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--json]
+//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]
+//   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
 //   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
 //                                             tool-use tasks per scheduler policy: solved,
 //                                             PPT, latency, joules per task, tokens per joule
 //
-// pp<P>: one Prefill of P random tokens into an empty sequence. tg<N>: N single-token
-// Decode steps from an empty sequence (end-of-sequence tokens are not special here).
+// pp<P>: one Prefill of P random tokens into an empty sequence. tg<N>: N greedy decode
+// steps from an empty sequence (end-of-sequence tokens are not special here); tg<N>_b<B>:
+// B sequences of 8 tokens decoded together, aggregate tokens per second.
 // Each is repeated REPS times (default 5); the median and the spread (min..max) are shown.
 #include <algorithm>
 #include <chrono>
