@@ -3,6 +3,7 @@
 // on random blocks of awkward sizes (odd block counts, single rows, non-multiple-of-16 n).
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "src/cpu/cpu_features.h"
@@ -27,6 +28,18 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k, std::mt19937& r
     }
   }
   return data;
+}
+
+// Row j of the dequantized weights times activation row m in float64, and the sum of the
+// products' magnitudes (the scale errors are measured against: the result can cancel).
+std::pair<double, double> ReferenceDot(const std::vector<float>& wf, const std::vector<float>& x, int k, int j, int m) {
+  double ref = 0, magnitude = 0;
+  for (int i = 0; i < k; ++i) {
+    const double p = static_cast<double>(wf[static_cast<size_t>(j) * k + i]) * x[static_cast<size_t>(m) * k + i];
+    ref += p;
+    magnitude += std::fabs(p);
+  }
+  return {ref, magnitude};
 }
 
 struct Shape {
@@ -66,12 +79,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   double max_kernel_diff = 0, max_ref_err = 0;
   for (int m = 0; m < s.m; ++m) {
     for (int j = 0; j < s.n; ++j) {
-      double ref = 0, magnitude = 0;
-      for (int i = 0; i < s.k; ++i) {
-        const double p = static_cast<double>(wf[static_cast<size_t>(j) * s.k + i]) * x[static_cast<size_t>(m) * s.k + i];
-        ref += p;
-        magnitude += std::fabs(p);
-      }
+      const auto [ref, magnitude] = ReferenceDot(wf, x, s.k, j, m);
       const float got = y[static_cast<size_t>(m) * s.n + j];
       const float port = internal::QuantDotPortable(w, j, portable, m);
       max_kernel_diff = std::max(max_kernel_diff, std::fabs(got - port) / (magnitude + 1e-30));
@@ -118,12 +126,7 @@ TEST_P(QuantMatmulTest, Avx2KernelMatchesPortable) {
   for (int j = 0; j < s.n; ++j) internal::QuantRowsAvx2(w, j, a, y.data(), s.n);
   for (int m = 0; m < s.m; ++m) {
     for (int j = 0; j < s.n; ++j) {
-      double ref = 0, magnitude = 0;
-      for (int i = 0; i < s.k; ++i) {
-        const double p = static_cast<double>(wf[static_cast<size_t>(j) * s.k + i]) * x[static_cast<size_t>(m) * s.k + i];
-        ref += p;
-        magnitude += std::fabs(p);
-      }
+      const auto [ref, magnitude] = ReferenceDot(wf, x, s.k, j, m);
       const float got = y[static_cast<size_t>(m) * s.n + j];
       const float port = internal::QuantDotPortable(w, j, a, m);
       ASSERT_LT(std::fabs(got - port) / (magnitude + 1e-30), 1e-5) << "row " << m << " output " << j;
