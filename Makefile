@@ -4,7 +4,7 @@
 PRESET ?= default
 MODEL  ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup build model fuzz tsan clean
+.PHONY: run test setup build model fuzz asan tsan clean
 
 run: build
 	./build/bin/hetero-agent -m $(MODEL)
@@ -29,6 +29,12 @@ fuzz: setup
 	cmake --build --preset fuzz
 	bash scripts/run-fuzzers.sh $(FUZZ_SECONDS)
 
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (clang).
+asan: setup
+	cmake --preset asan
+	cmake --build --preset asan
+	ctest --preset asan
+
 # The engine's concurrency tests under ThreadSanitizer (clang).
 tsan: setup
 	cmake --preset tsan
@@ -36,4 +42,4 @@ tsan: setup
 	ctest --preset tsan
 
 clean:
-	rm -rf build build-fuzz build-tsan
+	rm -rf build build-fuzz build-asan build-tsan

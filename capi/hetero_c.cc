@@ -2,6 +2,7 @@
 // exception must never cross into C. Failures set a thread-local message.
 #include "hetero.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -46,6 +47,17 @@ struct hetero_result {
 };
 
 namespace {
+
+// The integer a C caller stored in an enum. C lets any int through an enum; C++ makes loading
+// a value outside the enumerators' range undefined, so read the bits as an int instead.
+template <typename CEnum>
+int RawEnum(const CEnum& value) {
+  static_assert(sizeof(CEnum) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
 
 thread_local std::string last_error;
 
@@ -214,9 +226,9 @@ class CallbackScheduler : public hetero::Scheduler {
                                                                      : HETERO_STAGE_TOOL_CALL;
     callback_(c_stage, &t, devices.data(), devices.size(), &p, user_data_);
     hetero::Placement out;
-    out.device = p.device == HETERO_DEVICE_GPU ? hetero::Device::kGpu : hetero::Device::kCpu;
-    out.kv_policy = p.kv_policy == HETERO_KV_SWAP_TO_HOST ? hetero::KvPolicy::kSwapToHost
-                    : p.kv_policy == HETERO_KV_DISCARD    ? hetero::KvPolicy::kDiscard
+    out.device = RawEnum(p.device) == HETERO_DEVICE_GPU ? hetero::Device::kGpu : hetero::Device::kCpu;
+    out.kv_policy = RawEnum(p.kv_policy) == HETERO_KV_SWAP_TO_HOST ? hetero::KvPolicy::kSwapToHost
+                    : RawEnum(p.kv_policy) == HETERO_KV_DISCARD    ? hetero::KvPolicy::kDiscard
                                                           : hetero::KvPolicy::kKeep;
     out.reason = std::string(p.reason, strnlen(p.reason, sizeof p.reason));  // NUL or not
     if (out.reason.empty()) out.reason = name_;
@@ -238,7 +250,7 @@ uint32_t hetero_abi_version(void) { return HETERO_ABI_VERSION; }
 const char* hetero_version_string(void) { return hetero::VersionString(); }
 
 const char* hetero_status_name(hetero_status status) {
-  switch (status) {
+  switch (RawEnum(status)) {
     case HETERO_OK: return "HETERO_OK";
     case HETERO_INVALID_ARGUMENT: return "HETERO_INVALID_ARGUMENT";
     case HETERO_NOT_FOUND: return "HETERO_NOT_FOUND";
@@ -257,7 +269,7 @@ const char* hetero_last_error(void) { return last_error.c_str(); }
 
 void hetero_set_log_callback(hetero_log_callback callback, void* user_data, hetero_log_level min_level) {
   try {
-    const int level = static_cast<int>(min_level) < 0 ? 0 : static_cast<int>(min_level) > 3 ? 3 : static_cast<int>(min_level);
+    const int level = std::clamp(RawEnum(min_level), 0, 3);
     if (callback == nullptr) {
       hetero::SetLogCallback(nullptr);
       return;
@@ -274,7 +286,7 @@ void hetero_set_log_callback(hetero_log_callback callback, void* user_data, hete
 void hetero_log_to_stderr(hetero_log_level level, const char* message, size_t length, void* user_data) {
   (void)user_data;
   try {
-    const int l = static_cast<int>(level) < 0 ? 0 : static_cast<int>(level) > 3 ? 3 : static_cast<int>(level);
+    const int l = std::clamp(RawEnum(level), 0, 3);
     hetero::LogToStderr(static_cast<hetero::LogLevel>(l), std::string_view(message != nullptr ? message : "", length));
   } catch (...) {
   }

@@ -96,7 +96,7 @@ void QuantizedWeights::Pack() {
   const int qs_at = type == TensorType::kQ4_1 ? 4 : 2;
   for (int g = 0; g < groups; ++g) {
     for (int b = 0; b < nb; ++b) {
-      uint8_t* tile = packed.data()->bytes + (static_cast<size_t>(g) * nb + b) * tile_bytes;
+      uint8_t* tile = reinterpret_cast<uint8_t*>(packed.data()) + (static_cast<size_t>(g) * nb + b) * tile_bytes;
       for (int lane = 0; lane < kGroupRows; ++lane) {
         const uint8_t* blk = blocks + static_cast<size_t>(g * kGroupRows + lane) * row_bytes + b * block_bytes;
         // Run t of lane j holds quant bytes 4t..4t+3 (Q4: low nibbles are elements 4t..4t+3

@@ -53,6 +53,8 @@ struct QuantizedWeights {
   // sums (int16). Rows from packed_rows on (n % 16 of them) are read from `blocks`.
   std::vector<CacheLine> packed;
   int packed_rows = 0;
+  // The packed copy as bytes (tiles span several cache lines).
+  const uint8_t* packed_bytes() const { return reinterpret_cast<const uint8_t*>(packed.data()); }
 
   static constexpr int kGroupRows = 16;
   // Bytes of one packed tile (a whole number of cache lines).

@@ -197,7 +197,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
   constexpr int quant_bytes = q8 ? 512 : 256;
   const size_t tile_bytes = QuantizedWeights::PackedTileBytes(T);
   const int nb = w.k / kBlock;
-  const uint8_t* tile = w.packed.data()->bytes + static_cast<size_t>(group) * nb * tile_bytes;
+  const uint8_t* tile = w.packed_bytes() + static_cast<size_t>(group) * nb * tile_bytes;
   const uint8_t* act[R];
   const float* d[R];
   const float* d_sum[R];

@@ -113,7 +113,7 @@ GgufBuilder& GgufBuilder::AddTensor(const std::string& name, std::vector<int64_t
 GgufBuilder& GgufBuilder::AddTensorF32(const std::string& name, std::vector<int64_t> dims,
                                        const std::vector<float>& values) {
   std::vector<uint8_t> data(values.size() * 4);
-  std::memcpy(data.data(), values.data(), data.size());
+  if (!data.empty()) std::memcpy(data.data(), values.data(), data.size());
   return AddTensor(name, std::move(dims), TensorType::kF32, std::move(data));
 }
 
