@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "hetero/tools.h"
 #include "src/runtime/tools/reply_stream.h"
+#include "src/runtime/tokenizer/utf8.h"
 #include "src/runtime/tools/tool_runner.h"
 
 namespace hetero::internal {
@@ -95,6 +96,35 @@ TEST(ToolRunnerTest, FailuresBecomeResults) {
   EXPECT_EQ(r[7].report.outcome, "parse_error");
   EXPECT_THAT(r[7].content, HasSubstr("invalid JSON: at byte 7"));
   EXPECT_LT(ms, 1500) << "the hanging tool must not hold the others up past its timeout";
+}
+
+// Fault injection: bytes that are not UTF-8 never reach the prompt or the report.
+TEST(ToolRunnerTest, InvalidUtf8BecomesAnErrorResult) {
+  ToolRegistry tools;
+  ASSERT_TRUE(tools.Register(MakeTool("binary", [](const std::string&) -> absl::StatusOr<std::string> {
+                return std::string("ok \xff\xfe then \xc3", 11);
+              })).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("bad_error", [](const std::string&) -> absl::StatusOr<std::string> {
+                return absl::InternalError("disk \xe2\x82 failed");
+              })).ok());
+  ASSERT_TRUE(tools.Register(MakeTool("text", [](const std::string&) -> absl::StatusOr<std::string> {
+                return std::string("caf\xc3\xa9");
+              })).ok());
+  std::vector<ToolRunResult> r =
+      RunToolCalls(tools, {Call("binary", R"({"x":1})"), Call("bad_error", R"({"x":2})"), Call("text", R"({"x":3})")}, 0, 1000, nullptr);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].report.outcome, "handler_error");
+  EXPECT_THAT(r[0].report.detail, HasSubstr("not valid UTF-8"));
+  EXPECT_EQ(r[0].report.result_bytes, 11u);
+  EXPECT_THAT(r[0].content, HasSubstr("binary returned bytes that are not valid UTF-8"));
+  EXPECT_EQ(r[1].report.outcome, "handler_error");
+  EXPECT_THAT(r[1].content, HasSubstr("failed: disk \xef\xbf\xbd failed"));  // U+FFFD for the bad bytes
+  EXPECT_EQ(r[2].report.outcome, "ok");
+  EXPECT_EQ(r[2].content, "caf\xc3\xa9");
+  for (const ToolRunResult& result : r) {
+    EXPECT_TRUE(IsValidUtf8(result.content)) << result.content;
+    EXPECT_TRUE(IsValidUtf8(result.report.detail)) << result.report.detail;
+  }
 }
 
 TEST(ToolRunnerTest, CallsRunConcurrentlyAndDuplicatesOnce) {

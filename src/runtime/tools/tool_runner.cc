@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "src/runtime/tokenizer/utf8.h"
 
 namespace hetero::internal {
 namespace {
@@ -116,9 +117,20 @@ std::vector<ToolRunResult> RunToolCalls(const ToolRegistry& registry, const std:
       continue;
     }
     if (!p.result.ok()) {
+      // The message goes into the prompt: invalid bytes in it are replaced, not passed on.
+      std::string message;
+      AppendUtf8Lossy(p.result.status().message(), message);
       r.outcome = "handler_error";
-      r.detail = std::string(p.result.status().message());
-      results[i].content = absl::StrCat("error: ", calls[i].name, " failed: ", p.result.status().message());
+      r.detail = message;
+      results[i].content = absl::StrCat("error: ", calls[i].name, " failed: ", message);
+      continue;
+    }
+    if (!IsValidUtf8(*p.result)) {
+      // Not text the model can be shown (nor the report's JSON carry): an error result.
+      r.outcome = "handler_error";
+      r.result_bytes = p.result->size();
+      r.detail = absl::StrCat("the result (", p.result->size(), " bytes) is not valid UTF-8");
+      results[i].content = absl::StrCat("error: ", calls[i].name, " returned bytes that are not valid UTF-8 text");
       continue;
     }
     r.outcome = "ok";
