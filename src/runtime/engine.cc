@@ -13,6 +13,7 @@
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/energy/energy_meter.h"
 #include "src/runtime/status_macros.h"
+#include "src/runtime/test_hooks.h"
 #include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
@@ -46,6 +47,29 @@ void AttributeEnergy(internal::EnergyMeter& meter, TaskContext& task) {
   task.report.energy_sources = meter.sources();
 }
 
+// A stage boundary: the test hook (fault injection), then cancellation and the deadline,
+// so that a task cancelled between stages stops there rather than at its next decode step.
+absl::Status AtStageBoundary(const TaskContext& task, Stage stage, bool begin) {
+  if (const std::shared_ptr<const internal::TestHooks> hooks = internal::CurrentTestHooks();
+      hooks != nullptr && hooks->stage_boundary) {
+    hooks->stage_boundary(task.task_id, stage, begin);
+  }
+  if (task.cancelled != nullptr && task.cancelled->load()) {
+    return absl::CancelledError(absl::StrCat("task cancelled ", begin ? "before" : "after", " its ",
+                                             std::string(StageName(stage)), " stage"));
+  }
+  if (task.deadline.has_value() && Clock::now() >= *task.deadline) return absl::DeadlineExceededError("task deadline passed");
+  return absl::OkStatus();
+}
+
+// Runs `stage` between its two boundaries.
+template <typename StageBody>
+absl::Status RunStage(TaskContext& task, Stage stage, StageBody body) {
+  HETERO_RETURN_IF_ERROR(AtStageBoundary(task, stage, /*begin=*/true));
+  HETERO_RETURN_IF_ERROR(body());
+  return AtStageBoundary(task, stage, /*begin=*/false);
+}
+
 }  // namespace
 
 struct Session::State {
@@ -70,7 +94,7 @@ struct Engine::Impl : public StageServices {
   bool calibrated = false;
   std::unique_ptr<CpuBackend> cpu;
   std::unique_ptr<DeviceWorker> cpu_worker;
-  std::unique_ptr<CudaBackend> gpu;           // null without a usable GPU
+  std::unique_ptr<Backend> gpu;               // null without a usable GPU
   std::unique_ptr<DeviceWorker> gpu_worker;
   std::unique_ptr<internal::EnergyMeter> energy;  // null when measure_energy is off
   std::string gpu_unavailable_reason;
@@ -243,7 +267,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   impl->cpu_worker = std::make_unique<DeviceWorker>(*impl->cpu, *impl->tokenizer_owned, options.max_queued_tasks,
                                                     options.max_batch, [raw](int tokens) { return raw->EvictIdle(tokens, Device::kCpu); });
   const CudaInfo& cuda = QueryDevices().cuda;
-  if (cuda.available) {
+  const std::shared_ptr<const internal::TestHooks> hooks = internal::CurrentTestHooks();
+  if (hooks != nullptr && hooks->gpu_backend) {
+    // Fault injection: a stand-in for the GPU (tests).
+    HETERO_ASSIGN_OR_RETURN(impl->gpu, hooks->gpu_backend(*impl->model, cpu.kv_block_tokens, cpu.kv_capacity_tokens,
+                                                          options.max_sessions));
+    impl->gpu_worker = std::make_unique<DeviceWorker>(*impl->gpu, *impl->tokenizer_owned, options.max_queued_tasks,
+                                                      options.max_batch,
+                                                      [raw](int tokens) { return raw->EvictIdle(tokens, Device::kGpu); });
+  } else if (cuda.available) {
     CudaBackendOptions gpu;
     gpu.max_sequences = options.max_sessions;
     gpu.kv_capacity_tokens = cpu.kv_capacity_tokens;
@@ -304,6 +336,12 @@ EngineStats Engine::stats() const {
   s.active_tasks = impl_->cpu_worker->active();
   s.kv_used_tokens = impl_->cpu->kv_used_tokens();
   s.kv_capacity_tokens = impl_->cpu->kv_capacity_tokens();
+  if (impl_->gpu != nullptr) {
+    s.queued_tasks += impl_->gpu_worker->queued();
+    s.active_tasks += impl_->gpu_worker->active();
+    s.kv_used_tokens += impl_->gpu->kv_used_tokens();
+    s.kv_capacity_tokens += impl_->gpu->kv_capacity_tokens();
+  }
   return s;
 }
 
@@ -396,8 +434,21 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     // The last round must answer; so must a round after one that only repeated calls (a
     // small model's loop). Only the generic format can be held to that by its grammar.
     if (round == options.max_tool_rounds) task.answer_only = true;
-    status = UnderstandStage().Run(task);
-    if (status.ok()) status = GenerateStage().Run(task);
+    const size_t stages_before = task.report.stages.size();
+    const int generated_before = task.report.generated_tokens;
+    status = RunStage(task, Stage::kUnderstand, [&] { return UnderstandStage().Run(task); });
+    if (status.ok()) status = RunStage(task, Stage::kGenerate, [&] { return GenerateStage().Run(task); });
+    if (!status.ok() && status.code() == absl::StatusCode::kResourceExhausted && task.kv->device != Device::kCpu &&
+        !task.force_cpu && task.report.generated_tokens == generated_before) {
+      // The device ran out of memory for this task (its KV, or a buffer) before any text of
+      // this round was shown: encode and decode on the CPU instead, saying why.
+      task.force_cpu = absl::StrCat("; ", std::string(DeviceName(task.kv->device)), " out of memory (",
+                                    status.message(), "), re-placed on the cpu");
+      ReleaseSessionKv(*s.engine, s.kv);
+      task.report.stages.resize(stages_before);
+      status = RunStage(task, Stage::kUnderstand, [&] { return UnderstandStage().Run(task); });
+      if (status.ok()) status = RunStage(task, Stage::kGenerate, [&] { return GenerateStage().Run(task); });
+    }
     if (!status.ok()) break;
     bool tool;
     if (registry != nullptr) {
@@ -425,7 +476,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
       messages.push_back(ChatMessage{"assistant", task.reply});
       break;
     }
-    status = ToolCallStage().Run(task);
+    status = RunStage(task, Stage::kToolCall, [&] { return ToolCallStage().Run(task); });
     if (!status.ok()) break;
   }
   task.report.total_ms = task.MsSinceStart(Clock::now());

@@ -5,11 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "src/runtime/test_hooks.h"
 
 namespace hetero {
 namespace {
@@ -47,18 +51,61 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   const size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
     ::close(fd);
-    return std::unique_ptr<MappedFile>(new MappedFile(path, nullptr, 0));
+    return std::unique_ptr<MappedFile>(new MappedFile(path, nullptr, 0, false));
   }
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (data == MAP_FAILED) return ErrnoStatus(err, absl::StrCat("cannot map '", path, "'"));
-  return std::unique_ptr<MappedFile>(
-      new MappedFile(path, static_cast<const uint8_t*>(data), size));
+  const char* map_env = std::getenv("HETERO_MAP_MODEL");
+  const bool map = map_env != nullptr && std::string_view(map_env) == "1";
+  if (map) {
+    void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    ::close(fd);  // the mapping keeps the file alive
+    if (data == MAP_FAILED) return ErrnoStatus(err, absl::StrCat("cannot map '", path, "'"));
+    return std::unique_ptr<MappedFile>(new MappedFile(path, static_cast<const uint8_t*>(data), size, true));
+  }
+
+  // Copy-on-open: private anonymous pages (munmap frees them like a mapping), filled by read.
+  void* memory = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
+    int err = errno;
+    ::close(fd);
+    return ErrnoStatus(err, absl::StrCat("cannot allocate ", size, " bytes for '", path, "'"));
+  }
+  auto* bytes = static_cast<uint8_t*>(memory);
+  const std::shared_ptr<const internal::TestHooks> hooks = internal::CurrentTestHooks();
+  constexpr size_t kChunk = size_t{8} << 20;
+  size_t done = 0;
+  absl::Status status;
+  while (done < size) {
+    const ssize_t got = ::read(fd, bytes + done, std::min(kChunk, size - done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      status = ErrnoStatus(errno, absl::StrCat("cannot read '", path, "'"));
+      break;
+    }
+    if (got == 0) {
+      status = absl::DataLossError(absl::StrCat("'", path, "' shrank while it was being read: ", done, " of ", size,
+                                                " bytes were there (was it truncated or rewritten?)"));
+      break;
+    }
+    done += static_cast<size_t>(got);
+    if (hooks != nullptr && hooks->model_file_read) hooks->model_file_read(done, size);
+  }
+  // A file that grew or was replaced in place while being read is no better.
+  if (status.ok() && (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != size)) {
+    status = absl::DataLossError(absl::StrCat("'", path, "' changed size while it was being read (", size, " bytes, now ",
+                                              static_cast<long long>(st.st_size), ")"));
+  }
+  ::close(fd);
+  if (!status.ok()) {
+    ::munmap(memory, size);
+    return status;
+  }
+  ::mprotect(memory, size, PROT_READ);  // weights are read-only from here on
+  return std::unique_ptr<MappedFile>(new MappedFile(path, bytes, size, false));
 }
 
 void MappedFile::AdviseUnneeded(absl::Span<const uint8_t> range) const {
-  if (data_ == nullptr || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  if (!mapped_ || data_ == nullptr || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   // Whole pages inside the range only: neighbours may still be in use.
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) / page * page;

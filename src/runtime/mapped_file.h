@@ -1,5 +1,9 @@
-// A read-only memory mapping of a whole file. Model weights are read in place from the
-// mapping, never copied.
+// A whole model file in memory. By default it is read into private memory when opened
+// (copy-on-open): a file truncated, rewritten or deleted afterwards cannot touch the
+// loaded model, and one that shrinks while being read is a clear error at load. A
+// memory mapping would share the page cache and start faster, but the kernel answers a
+// read of a mapped page past a truncated file's end with SIGBUS, which would kill the host
+// process; HETERO_MAP_MODEL=1 chooses the mapping anyway, for files known not to change.
 #ifndef HETERO_RUNTIME_MAPPED_FILE_H_
 #define HETERO_RUNTIME_MAPPED_FILE_H_
 
@@ -15,7 +19,7 @@ namespace hetero {
 
 class MappedFile {
  public:
-  // Maps `path` read-only. An empty file yields an empty span (nothing is mapped).
+  // Reads (or, with HETERO_MAP_MODEL=1, maps) `path`. An empty file yields an empty span.
   static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
 
   ~MappedFile();
@@ -24,18 +28,21 @@ class MappedFile {
 
   absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
-  // Tells the kernel that the pages inside `range` (part of this mapping) will not be read
+  bool mapped() const { return mapped_; }
+  // Mapped files only: tells the kernel that the pages inside `range` will not be read
   // soon: they leave the process's resident set and are read again from the page cache if
-  // touched. A hint only; ranges outside the mapping are ignored.
+  // touched. A hint only; ranges outside the file are ignored. (A copy keeps its pages:
+  // freed private pages would read back as zeros.)
   void AdviseUnneeded(absl::Span<const uint8_t> range) const;
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, const uint8_t* data, size_t size, bool mapped)
+      : path_(std::move(path)), data_(data), size_(size), mapped_(mapped) {}
 
   std::string path_;
   const uint8_t* data_;
   size_t size_;
+  bool mapped_;
 };
 
 }  // namespace hetero

@@ -52,6 +52,10 @@ struct TaskContext {
   SessionKv* kv = nullptr;
   TaskReport report;
 
+  // Set after a device ran out of memory for this task: every later stage runs on the CPU,
+  // and this (why) ends their reasons.
+  std::optional<std::string> force_cpu;
+
   // Set by Understand for Generate.
   std::vector<int32_t> prompt_tokens;
   size_t reused_tokens = 0;

@@ -78,8 +78,14 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   }
   task.reused_tokens = common;
 
-  const Placement placement = services.Place(Stage::kUnderstand, task.State());
+  Placement placement = services.Place(Stage::kUnderstand, task.State());
   task.generate_placement = services.Place(Stage::kGenerate, task.State());
+  if (task.force_cpu.has_value()) {
+    for (Placement* p : {&placement, &task.generate_placement}) {
+      if (p->device != Device::kCpu) absl::StrAppend(&p->reason, *task.force_cpu);
+      p->device = Device::kCpu;
+    }
+  }
   const Device understand_device = placement.device;
   const Device generate_device = task.generate_placement.device;
   // With Understand and Generate on different devices (the seed policy on a machine with a
