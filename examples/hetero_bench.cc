@@ -5,6 +5,7 @@
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
+//   hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   bounded soak (agent loop)
 //   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
 //                                             tool-use tasks per scheduler policy: solved,
 //                                             PPT, latency, joules per task, tokens per joule
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "examples/agentic_bench.h"
+#include "examples/soak_bench.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -219,6 +221,7 @@ int main(int argc, char** argv) {
   std::vector<int> batches;
   std::string profile_path = "hetero-profile.json";
   hetero::bench::AgenticOptions agentic;
+  int soak_seconds = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next_int = [&](int& out) {
@@ -270,6 +273,9 @@ int main(int argc, char** argv) {
         if (!absl::SimpleAtoi(part, &b) || b < 1) return Fail("--batch needs positive integers, got '" + std::string(part) + "'");
         batches.push_back(b);
       }
+    } else if (a == "--soak") {
+      next_int(soak_seconds);
+      if (soak_seconds < 1) return Fail("--soak needs a duration of at least 1 second");
     } else if (a == "--limit") {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
@@ -277,11 +283,22 @@ int main(int argc, char** argv) {
                   "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
-                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n");
+                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n"
+                  "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n");
       return 0;
     } else {
       return Fail("unknown option '" + a + "' (try --help)");
     }
+  }
+  if (soak_seconds > 0) {
+    hetero::bench::SoakOptions soak;
+    soak.model = model_path;
+    soak.seconds = soak_seconds;
+    if (sessions > 0) soak.sessions = sessions;
+    soak.threads = threads;
+    if (gen_given) soak.max_tokens = gen;
+    soak.json = json;
+    return hetero::bench::RunSoak(soak);
   }
   if (!agentic.suite.empty()) {
     agentic.model = model_path;

@@ -54,6 +54,7 @@ expect_error bad_precision "unknown precision 'int3'" "$gen" -p x --precision in
 expect_error missing_model "not found" "$gen" -m /no/such.gguf -p x
 expect_error bench_gpu "device 'gpu' is not available" "$bench" --device gpu
 expect_error bench_option "unknown option '--bogus'" "$bench" --bogus
+expect_error bench_soak "--soak needs a duration of at least 1 second" "$bench" --soak 0
 
 # The agentic benchmark: every policy on two suite questions, JSON rows, an SVG plot.
 "$bench" -t 2 -n 48 --agentic tests/data/tool_suite.jsonl --limit 2 --policy all --json --plot "$tmp/agentic.svg" \
