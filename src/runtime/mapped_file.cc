@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     ::close(fd);
     return ErrnoStatus(err, absl::StrCat("cannot allocate ", size, " bytes for '", path, "'"));
   }
+  ::madvise(memory, size, MADV_HUGEPAGE);  // fewer page faults while filling it
   auto* bytes = static_cast<uint8_t*>(memory);
   const std::shared_ptr<const internal::TestHooks> hooks = internal::CurrentTestHooks();
   constexpr size_t kChunk = size_t{8} << 20;
