@@ -15,6 +15,7 @@
 #define HETERO_ENGINE_H_
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,6 +47,16 @@ struct EngineOptions {
   bool measure_energy = true;                    // joules per stage in every TaskReport
   std::string power_model;                       // JSON (docs/METRICS.md); empty:
                                                  // $HETERO_POWER_MODEL, else defaults
+};
+
+// How Engine::Embed turns a text's hidden states into one vector.
+enum class EmbeddingPooling {
+  kMean,       // the mean over its tokens of the final norm's output
+  kLastToken,  // the final norm's output at its last token
+};
+
+struct EmbedOptions {
+  EmbeddingPooling pooling = EmbeddingPooling::kMean;
 };
 
 struct StageReport {
@@ -191,6 +202,15 @@ class HETERO_EXPORT Engine {
 
   absl::StatusOr<std::unique_ptr<Session>> NewSession(const std::string& system_prompt = "");
 
+  // Unit-length embeddings of `texts` (n_embd floats each) from the loaded model's hidden
+  // states, computed on the CPU in batches (several texts per forward pass), beside any
+  // sessions running. Texts are tokenized as plain text (no template, no special tokens),
+  // with BOS where the model asks for it. Cosine similarity is the dot product.
+  absl::StatusOr<std::vector<std::vector<float>>> Embed(const std::vector<std::string>& texts,
+                                                        const EmbedOptions& options = {});
+  // The same for token ids.
+  absl::StatusOr<std::vector<std::vector<float>>> EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
+                                                              const EmbedOptions& options = {});
   EngineStats stats() const;
   std::string scheduler_name() const;
   // One line per device: available or why not, and the costs the scheduler uses.

@@ -175,7 +175,8 @@ float* CpuBackend::KvBlock(int block) {
   return storage.get();
 }
 
-absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits) {
+absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
+                                float* hidden) {
   const ModelConfig& c = config_;
   const int T = static_cast<int>(rows.size());
   const int E = c.n_embd;
@@ -262,6 +263,11 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
     AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
   }
+  if (hidden != nullptr) {  // embeddings: every row's final-norm output, no logits
+    RmsNorm(w.x.data(), output_norm_.data(), T, E, c.rms_norm_eps, hidden);
+    for (const Row& r : rows) kv_.Advance(r.seq, 1);
+    return absl::OkStatus();
+  }
   // Final norm and logits, only for the rows asked for.
   const int n_out = static_cast<int>(logit_rows.size());
   for (int i = 0; i < n_out; ++i) {
@@ -310,6 +316,68 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
   ws_.scratch.decode = false;
   if (!s.ok()) RollBack(chunks, lengths);
   return s;
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> CpuBackend::Embed(absl::Span<const std::vector<int32_t>> inputs,
+                                                                  EmbeddingPooling pooling) {
+  const int E = config_.n_embd;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) return absl::InvalidArgumentError(absl::StrCat("embedding input ", i, " has no tokens"));
+    if (static_cast<int64_t>(inputs[i].size()) > config_.context_length) {
+      return absl::OutOfRangeError(absl::StrCat("embedding input ", i, " has ", inputs[i].size(),
+                                                " tokens, more than the context length ", config_.context_length));
+    }
+  }
+  std::vector<std::vector<float>> out(inputs.size());
+  std::vector<float> hidden;
+  MutexLock lock(&mutex_);
+  for (size_t first = 0; first < inputs.size();) {
+    // The next group: inputs while they total at most kEmbedBatchTokens tokens and fit in
+    // the KV blocks free now (at least one input; if even that does not fit, Reserve says so).
+    const int bt = kv_.block_tokens();
+    const int free_blocks = kv_.max_blocks() - kv_.blocks_ever_used() + kv_.free_blocks();
+    size_t last = first, tokens = 0;
+    int blocks = 0;
+    while (last < inputs.size()) {
+      const int need = static_cast<int>((inputs[last].size() + bt - 1) / bt);
+      if (last > first && (tokens + inputs[last].size() > kEmbedBatchTokens || blocks + need > free_blocks)) break;
+      tokens += inputs[last].size();
+      blocks += need;
+      ++last;
+    }
+    std::vector<SequenceChunk> chunks;
+    for (size_t i = first; i < last; ++i) chunks.push_back({kv_.NewSequence(), inputs[i]});
+    absl::StatusOr<std::vector<int>> lengths = ReserveChunks(chunks);
+    absl::Status status = lengths.status();
+    if (status.ok()) {
+      std::vector<Row> rows;
+      for (const SequenceChunk& chunk : chunks) {
+        for (size_t t = 0; t < chunk.tokens.size(); ++t) rows.push_back({chunk.seq, static_cast<int32_t>(t), chunk.tokens[t]});
+      }
+      hidden.resize(rows.size() * static_cast<size_t>(E));
+      status = Forward(rows, {}, nullptr, hidden.data());
+    }
+    for (const SequenceChunk& chunk : chunks) kv_.FreeSequence(chunk.seq);
+    if (!status.ok()) return status;
+    // Pool in double, then scale to unit length.
+    size_t row = 0;
+    for (size_t i = first; i < last; ++i) {
+      const size_t n = inputs[i].size();
+      std::vector<double> sum(E, 0.0);
+      const size_t from = pooling == EmbeddingPooling::kLastToken ? row + n - 1 : row;
+      for (size_t r = from; r < row + n; ++r) {
+        for (int e = 0; e < E; ++e) sum[e] += hidden[r * E + e];
+      }
+      double norm = 0;
+      for (double v : sum) norm += v * v;
+      norm = std::sqrt(norm);
+      out[i].resize(E);
+      for (int e = 0; e < E; ++e) out[i][e] = norm > 0 ? static_cast<float>(sum[e] / norm) : 0.0f;
+      row += n;
+    }
+    first = last;
+  }
+  return out;
 }
 
 }  // namespace hetero

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "src/runtime/sync.h"
+#include "hetero/engine.h"
 #include "hetero/model.h"
 #include "src/cpu/attention.h"
 #include "src/cpu/cpu_ops.h"
@@ -64,6 +65,16 @@ class CpuBackend : public PagedBackend {
   // recompute). `logits` holds tokens.size() x vocab_size floats.
   absl::Status PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits);
 
+  // Sentence embeddings (Engine::Embed): each input's final-norm hidden states pooled (mean
+  // over its tokens, or its last token) and scaled to unit length, n_embd floats each.
+  // Inputs are batched into forward passes of up to kEmbedBatchTokens tokens (one matmul
+  // per weight for all of them), in temporary sequences freed before returning; the cache
+  // of live sequences is untouched. InvalidArgument for an empty input or a bad token id,
+  // OutOfRange past the context length, ResourceExhausted when the KV cache has no room.
+  static constexpr int kEmbedBatchTokens = 512;
+  absl::StatusOr<std::vector<std::vector<float>>> Embed(absl::Span<const std::vector<int32_t>> inputs,
+                                                        EmbeddingPooling pooling);
+
  private:
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;
@@ -79,8 +90,11 @@ class CpuBackend : public PagedBackend {
 
   CpuBackend(const Model& model, const CpuBackendOptions& options);
   absl::Status Init();
-  absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Runs `rows` through the model, appending them to their sequences. Writes the logits of
+  // `logit_rows` into `logits`, or, when `hidden` is set, every row's final-norm output
+  // (rows x n_embd) into it instead.
+  absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
+                       float* hidden = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 

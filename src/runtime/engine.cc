@@ -326,6 +326,24 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::NewSession(const std::string& s
   return std::unique_ptr<Session>(new Session(std::move(state)));
 }
 
+absl::StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<std::string>& texts,
+                                                              const EmbedOptions& options) {
+  std::vector<std::vector<int32_t>> tokens;
+  tokens.reserve(texts.size());
+  const Tokenizer& tokenizer = *impl_->tokenizer_owned;
+  const bool bos = tokenizer.add_bos_by_default() && tokenizer.bos() >= 0;
+  for (const std::string& text : texts) {
+    HETERO_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text, bos, /*parse_special=*/false));
+    tokens.push_back(std::move(ids));
+  }
+  return EmbedTokens(tokens, options);
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Engine::EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
+                                                                    const EmbedOptions& options) {
+  return impl_->cpu->Embed(tokens, options.pooling);
+}
+
 EngineStats Engine::stats() const {
   EngineStats s;
   {
