@@ -5,6 +5,7 @@
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
+//   hetero-bench --route DATASET.jsonl [-t THREADS] [-r REPS] [--json]   semantic router accuracy, latency
 //   hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   bounded soak (agent loop)
 //   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
 //                                             tool-use tasks per scheduler policy: solved,
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "examples/agentic_bench.h"
+#include "examples/route_bench.h"
 #include "examples/soak_bench.h"
 
 #include "absl/strings/numbers.h"
@@ -222,6 +224,8 @@ int main(int argc, char** argv) {
   std::string profile_path = "hetero-profile.json";
   hetero::bench::AgenticOptions agentic;
   int soak_seconds = 0;
+  std::string route_dataset;
+  bool threads_given = false, reps_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next_int = [&](int& out) {
@@ -239,8 +243,10 @@ int main(int argc, char** argv) {
       gen_given = true;
     } else if (a == "-t") {
       next_int(threads);
+      threads_given = true;
     } else if (a == "-r") {
       next_int(reps);
+      reps_given = true;
     } else if (a == "--device") {
       if (i + 1 >= argc) return Fail("--device needs cpu or gpu");
       device = argv[++i];
@@ -273,6 +279,9 @@ int main(int argc, char** argv) {
         if (!absl::SimpleAtoi(part, &b) || b < 1) return Fail("--batch needs positive integers, got '" + std::string(part) + "'");
         batches.push_back(b);
       }
+    } else if (a == "--route") {
+      if (i + 1 >= argc) return Fail("--route needs a dataset such as tests/data/intents.jsonl");
+      route_dataset = argv[++i];
     } else if (a == "--soak") {
       next_int(soak_seconds);
       if (soak_seconds < 1) return Fail("--soak needs a duration of at least 1 second");
@@ -284,11 +293,21 @@ int main(int argc, char** argv) {
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n"
+                  "       hetero-bench --route DATASET.jsonl [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
                   "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n");
       return 0;
     } else {
       return Fail("unknown option '" + a + "' (try --help)");
     }
+  }
+  if (!route_dataset.empty()) {
+    hetero::bench::RouteBenchOptions route;
+    route.dataset = route_dataset;
+    route.model = model_path;
+    route.threads = threads_given ? threads : 1;
+    if (reps_given) route.repetitions = reps;
+    route.json = json;
+    return hetero::bench::RunRouteBench(route);
   }
   if (soak_seconds > 0) {
     hetero::bench::SoakOptions soak;

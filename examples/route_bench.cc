@@ -1,0 +1,138 @@
+// hetero-bench --route DATASET.jsonl: the semantic router on a labelled utterance set
+// (tests/data/intents.jsonl). Each intent becomes a route whose examples are its
+// "exemplar" lines; the "test" lines are held out. For each configuration (pooling mean or
+// last token, centring on or off): accuracy on the held-out lines, per intent for the
+// default one. Then the decision latency of a 32-token query (embedding and scoring),
+// median of --reps runs, with the engine's threads (-t, default 1).
+#include "examples/route_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hetero/engine.h"
+#include "hetero/model.h"
+#include "hetero/router.h"
+#include "hetero/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace hetero::bench {
+namespace {
+
+struct Line {
+  std::string text, intent, split;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunRouteBench(const RouteBenchOptions& o) {
+  std::ifstream in(o.dataset);
+  if (!in) return Fail("cannot read the dataset '" + o.dataset + "'");
+  std::vector<Line> lines;
+  std::string raw;
+  for (int n = 1; std::getline(in, raw); ++n) {
+    if (raw.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j.contains("intent") || !j.contains("split") ||
+        !j["text"].is_string() || !j["intent"].is_string() || !j["split"].is_string()) {
+      return Fail(o.dataset + ":" + std::to_string(n) + ": expected {\"text\", \"intent\", \"split\"} strings");
+    }
+    lines.push_back({j["text"], j["intent"], j["split"]});
+  }
+  std::map<std::string, std::vector<std::string>> exemplars;
+  std::vector<const Line*> tests;
+  for (const Line& l : lines) {
+    if (l.split == "exemplar") exemplars[l.intent].push_back(l.text);
+    if (l.split == "test") tests.push_back(&l);
+  }
+  if (exemplars.empty() || tests.empty()) return Fail("the dataset needs exemplar and test lines");
+  EngineOptions engine_options;
+  engine_options.threads = o.threads;
+  engine_options.measure_energy = false;
+  auto engine = Engine::Create(o.model, engine_options);
+  if (!engine.ok()) return Fail(std::string(engine.status().message()));
+  std::vector<Route> routes;
+  for (const auto& [intent, examples] : exemplars) routes.push_back({intent, examples, "generate"});
+  std::vector<std::string> queries;
+  for (const Line* l : tests) queries.push_back(l->text);
+
+  nlohmann::json report = {{"dataset", o.dataset}, {"test_lines", tests.size()}, {"routes", routes.size()}};
+  struct Config {
+    const char* name;
+    EmbeddingPooling pooling;
+    bool center;
+  };
+  const Config configs[] = {{"mean, centred (default)", EmbeddingPooling::kMean, true},
+                            {"mean, raw", EmbeddingPooling::kMean, false},
+                            {"last token, centred", EmbeddingPooling::kLastToken, true},
+                            {"last token, raw", EmbeddingPooling::kLastToken, false}};
+  std::map<std::string, std::pair<int, int>> per_intent;  // default configuration
+  for (const Config& c : configs) {
+    RouterOptions ro;
+    ro.pooling = c.pooling;
+    ro.center = c.center;
+    auto router = SemanticRouter::Create(**engine, routes, ro);
+    if (!router.ok()) return Fail(std::string(router.status().message()));
+    auto decisions = (*router)->DecideAll(queries);
+    if (!decisions.ok()) return Fail(std::string(decisions.status().message()));
+    int correct = 0;
+    for (size_t i = 0; i < tests.size(); ++i) {
+      const bool ok = (*decisions)[i].best == tests[i]->intent;
+      correct += ok;
+      if (&c == &configs[0]) {
+        per_intent[tests[i]->intent].first += ok;
+        per_intent[tests[i]->intent].second += 1;
+      }
+    }
+    const double accuracy = static_cast<double>(correct) / static_cast<double>(tests.size());
+    report["accuracy"][c.name] = accuracy;
+    if (!o.json) std::printf("accuracy, %-24s %5.1f%% (%d of %zu held-out lines)\n", c.name, 100 * accuracy, correct, tests.size());
+  }
+  for (const auto& [intent, counts] : per_intent) {
+    report["per_intent"][intent] = static_cast<double>(counts.first) / counts.second;
+    if (!o.json) std::printf("  %-16s %2d / %2d\n", intent.c_str(), counts.first, counts.second);
+  }
+
+  // A 32-token query: held-out lines joined, cut at 32 tokens.
+  auto path = ResolveModelPath(o.model);
+  auto model = path.ok() ? Model::Load(*path) : path.status();
+  auto tokenizer = model.ok() ? Tokenizer::Create(**model) : model.status();
+  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
+  std::string joined;
+  for (const Line* l : tests) joined += l->text + " ";
+  std::vector<int32_t> ids = *(*tokenizer)->Encode(joined, false, false);
+  ids.resize(32);
+  const std::string query = *(*tokenizer)->Decode(ids);
+  const int query_tokens = static_cast<int>((*tokenizer)->Encode(query, false, false)->size());
+  auto router = SemanticRouter::Create(**engine, routes, RouterOptions{});
+  if (!router.ok()) return Fail(std::string(router.status().message()));
+  std::vector<double> ms;
+  for (int r = 0; r < std::max(1, o.repetitions); ++r) {
+    auto d = (*router)->Decide(query);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    ms.push_back(d->ms);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  report["decision_ms_median"] = median;
+  report["decision_query_tokens"] = query_tokens;
+  report["threads"] = o.threads;
+  if (o.json) {
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    std::printf("decision latency, %d-token query, %d thread%s: median %.1f ms (min %.1f, max %.1f, %zu runs)\n",
+                query_tokens, o.threads, o.threads == 1 ? "" : "s", median, ms.front(), ms.back(), ms.size());
+  }
+  return 0;
+}
+
+}  // namespace hetero::bench
