@@ -5,7 +5,7 @@
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
-//   hetero-bench --route DATASET.jsonl [-t THREADS] [-r REPS] [--json]   semantic router accuracy, latency
+//   hetero-bench --route DATASET.jsonl [--layers N] [-t T] [-r R] [--json]   router accuracy, latency
 //   hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   bounded soak (agent loop)
 //   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
 //                                             tool-use tasks per scheduler policy: solved,
@@ -225,6 +225,7 @@ int main(int argc, char** argv) {
   hetero::bench::AgenticOptions agentic;
   int soak_seconds = 0;
   std::string route_dataset;
+  int route_layers = 0;
   bool threads_given = false, reps_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -282,6 +283,8 @@ int main(int argc, char** argv) {
     } else if (a == "--route") {
       if (i + 1 >= argc) return Fail("--route needs a dataset such as tests/data/intents.jsonl");
       route_dataset = argv[++i];
+    } else if (a == "--layers") {
+      next_int(route_layers);
     } else if (a == "--soak") {
       next_int(soak_seconds);
       if (soak_seconds < 1) return Fail("--soak needs a duration of at least 1 second");
@@ -293,7 +296,7 @@ int main(int argc, char** argv) {
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n"
-                  "       hetero-bench --route DATASET.jsonl [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
+                  "       hetero-bench --route DATASET.jsonl [--layers N] [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
                   "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n");
       return 0;
     } else {
@@ -306,6 +309,7 @@ int main(int argc, char** argv) {
     route.model = model_path;
     route.threads = threads_given ? threads : 1;
     if (reps_given) route.repetitions = reps;
+    route.layers = route_layers;
     route.json = json;
     return hetero::bench::RunRouteBench(route);
   }

@@ -3,7 +3,8 @@
 // "exemplar" lines; the "test" lines are held out. For each configuration (pooling mean or
 // last token, centring on or off): accuracy on the held-out lines, per intent for the
 // default one. Then the decision latency of a 32-token query (embedding and scoring),
-// median of --reps runs, with the engine's threads (-t, default 1).
+// median of --reps runs, with the engine's threads (-t, default 1). --layers N embeds with
+// the first N layers only (EmbedOptions::layers).
 #include "examples/route_bench.h"
 
 #include <algorithm>
@@ -78,6 +79,7 @@ int RunRouteBench(const RouteBenchOptions& o) {
   std::map<std::string, std::pair<int, int>> per_intent;  // default configuration
   for (const Config& c : configs) {
     RouterOptions ro;
+    ro.layers = o.layers;
     ro.pooling = c.pooling;
     ro.center = c.center;
     auto router = SemanticRouter::Create(**engine, routes, ro);
@@ -113,7 +115,9 @@ int RunRouteBench(const RouteBenchOptions& o) {
   ids.resize(32);
   const std::string query = *(*tokenizer)->Decode(ids);
   const int query_tokens = static_cast<int>((*tokenizer)->Encode(query, false, false)->size());
-  auto router = SemanticRouter::Create(**engine, routes, RouterOptions{});
+  RouterOptions latency_options;
+  latency_options.layers = o.layers;
+  auto router = SemanticRouter::Create(**engine, routes, latency_options);
   if (!router.ok()) return Fail(std::string(router.status().message()));
   std::vector<double> ms;
   for (int r = 0; r < std::max(1, o.repetitions); ++r) {
@@ -126,6 +130,7 @@ int RunRouteBench(const RouteBenchOptions& o) {
   report["decision_ms_median"] = median;
   report["decision_query_tokens"] = query_tokens;
   report["threads"] = o.threads;
+  report["layers"] = o.layers;
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {

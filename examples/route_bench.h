@@ -11,6 +11,7 @@ struct RouteBenchOptions {
   std::string model;
   int threads = 1;
   int repetitions = 21;  // latency samples of the 32-token query
+  int layers = 0;        // EmbedOptions::layers (0: all)
   bool json = false;
 };
 

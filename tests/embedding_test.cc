@@ -126,6 +126,22 @@ TEST(EmbeddingTest, BatchedEqualsOneByOne) {
   EXPECT_EQ(*t.backend->SequenceLength(*live), static_cast<int>(inputs[0].size()));
 }
 
+TEST(EmbeddingTest, LayersStopsEarly) {
+  TinySetup t = MakeTiny();  // 2 layers
+  const std::vector<std::vector<int32_t>> input = {{4, 8, 15, 16, 23, 42}};
+  auto all = t.backend->Embed(input, EmbeddingPooling::kMean, 0);
+  auto two = t.backend->Embed(input, EmbeddingPooling::kMean, 2);
+  auto many = t.backend->Embed(input, EmbeddingPooling::kMean, 99);
+  auto one = t.backend->Embed(input, EmbeddingPooling::kMean, 1);
+  ASSERT_TRUE(all.ok() && two.ok() && many.ok() && one.ok());
+  EXPECT_EQ(*two, *all);
+  EXPECT_EQ(*many, *all);
+  double diff = 0;
+  for (size_t k = 0; k < (*one)[0].size(); ++k) diff += std::abs((*one)[0][k] - (*all)[0][k]);
+  EXPECT_GT(diff, 1e-3) << "one layer is not the whole model";
+  EXPECT_EQ(t.backend->kv_used_tokens(), 0);
+}
+
 TEST(EmbeddingTest, RefusesBadInput) {
   TinySetup t = MakeTiny();
   EXPECT_THAT(t.backend->Embed({{1, 2}, {}}, EmbeddingPooling::kMean), StatusIs(absl::StatusCode::kInvalidArgument));

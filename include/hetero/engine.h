@@ -57,6 +57,9 @@ enum class EmbeddingPooling {
 
 struct EmbedOptions {
   EmbeddingPooling pooling = EmbeddingPooling::kMean;
+  // Hidden states after this many layers (then the final norm); 0: all of them. Fewer
+  // layers are proportionally faster, and middle layers often separate topics better.
+  int layers = 0;
 };
 
 struct StageReport {

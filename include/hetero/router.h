@@ -36,6 +36,7 @@ struct RouterOptions {
   double threshold = 0.0;
   std::string default_route = "default";  // need not be registered; its action is "generate"
   EmbeddingPooling pooling = EmbeddingPooling::kMean;
+  int layers = 0;  // EmbedOptions::layers
   // Subtract the mean of all examples' embeddings from every vector before comparing: a
   // language model's hidden states share one large direction, which otherwise makes every
   // cosine close to 1.

@@ -176,7 +176,7 @@ float* CpuBackend::KvBlock(int block) {
 }
 
 absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
-                                float* hidden) {
+                                float* hidden, int hidden_layers) {
   const ModelConfig& c = config_;
   const int T = static_cast<int>(rows.size());
   const int E = c.n_embd;
@@ -215,7 +215,8 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   const int bt = options_.kv_block_tokens;
   const size_t head_stride = static_cast<size_t>(bt) * c.head_dim;
   const size_t layer_stride = 2 * static_cast<size_t>(c.n_kv_heads) * head_stride;
-  for (int l = 0; l < c.n_layers; ++l) {
+  const int n_layers = hidden != nullptr && hidden_layers > 0 ? std::min(hidden_layers, c.n_layers) : c.n_layers;
+  for (int l = 0; l < n_layers; ++l) {
     Layer& layer = layers_[l];
     // Attention block.
     RmsNorm(w.x.data(), layer.attn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
@@ -319,7 +320,7 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
 }
 
 absl::StatusOr<std::vector<std::vector<float>>> CpuBackend::Embed(absl::Span<const std::vector<int32_t>> inputs,
-                                                                  EmbeddingPooling pooling) {
+                                                                  EmbeddingPooling pooling, int layers) {
   const int E = config_.n_embd;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) return absl::InvalidArgumentError(absl::StrCat("embedding input ", i, " has no tokens"));
@@ -355,7 +356,7 @@ absl::StatusOr<std::vector<std::vector<float>>> CpuBackend::Embed(absl::Span<con
         for (size_t t = 0; t < chunk.tokens.size(); ++t) rows.push_back({chunk.seq, static_cast<int32_t>(t), chunk.tokens[t]});
       }
       hidden.resize(rows.size() * static_cast<size_t>(E));
-      status = Forward(rows, {}, nullptr, hidden.data());
+      status = Forward(rows, {}, nullptr, hidden.data(), layers);
     }
     for (const SequenceChunk& chunk : chunks) kv_.FreeSequence(chunk.seq);
     if (!status.ok()) return status;

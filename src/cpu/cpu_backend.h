@@ -72,8 +72,10 @@ class CpuBackend : public PagedBackend {
   // of live sequences is untouched. InvalidArgument for an empty input or a bad token id,
   // OutOfRange past the context length, ResourceExhausted when the KV cache has no room.
   static constexpr int kEmbedBatchTokens = 512;
+  // `layers` > 0 runs only the first `layers` layers (then the final norm): a shallower,
+  // faster embedding.
   absl::StatusOr<std::vector<std::vector<float>>> Embed(absl::Span<const std::vector<int32_t>> inputs,
-                                                        EmbeddingPooling pooling);
+                                                        EmbeddingPooling pooling, int layers = 0);
 
  private:
   struct Layer {
@@ -92,9 +94,10 @@ class CpuBackend : public PagedBackend {
   absl::Status Init();
   // Runs `rows` through the model, appending them to their sequences. Writes the logits of
   // `logit_rows` into `logits`, or, when `hidden` is set, every row's final-norm output
-  // (rows x n_embd) into it instead.
+  // (rows x n_embd) into it instead, after `hidden_layers` layers (0: all). Only
+  // embeddings may stop early: the later layers' KV of those rows is then never written.
   absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
-                       float* hidden = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+                       float* hidden = nullptr, int hidden_layers = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 

@@ -341,7 +341,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<
 
 absl::StatusOr<std::vector<std::vector<float>>> Engine::EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
                                                                     const EmbedOptions& options) {
-  return impl_->cpu->Embed(tokens, options.pooling);
+  if (options.layers < 0) return absl::InvalidArgumentError("EmbedOptions::layers must not be negative");
+  return impl_->cpu->Embed(tokens, options.pooling, options.layers);
 }
 
 EngineStats Engine::stats() const {

@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<SemanticRouter>> SemanticRouter::Create(Engine& e
   }
   EmbedOptions embed;
   embed.pooling = options.pooling;
+  embed.layers = options.layers;
   HETERO_ASSIGN_OR_RETURN(std::vector<std::vector<float>> vectors, engine.Embed(texts, embed));
   impl->dim = static_cast<int>(vectors.front().size());
   impl->mean.assign(impl->dim, 0.0f);
@@ -141,6 +142,7 @@ absl::StatusOr<std::vector<RouteDecision>> SemanticRouter::DecideAll(const std::
   }
   EmbedOptions embed;
   embed.pooling = impl_->options.pooling;
+  embed.layers = impl_->options.layers;
   HETERO_ASSIGN_OR_RETURN(std::vector<std::vector<float>> vectors, impl_->engine->Embed(queries, embed));
   std::vector<RouteDecision> out;
   out.reserve(vectors.size());
