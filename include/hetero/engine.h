@@ -25,11 +25,14 @@
 #include "absl/status/statusor.h"
 #include "hetero/chat.h"
 #include "hetero/export.h"
+#include "hetero/safety.h"
 #include "hetero/sampling.h"
 #include "hetero/scheduler.h"
 #include "hetero/tools.h"
 
 namespace hetero {
+
+class SemanticRouter;  // hetero/router.h
 
 struct EngineOptions {
   int threads = 0;                               // CPU threads; 0: every logical CPU
@@ -93,10 +96,24 @@ struct ToolCallReport {
   double ms = 0;               // the handler's time (the timeout, if it timed out)
   bool duplicate = false;      // the same name and arguments earlier in the same reply:
                                // the handler ran once and both calls got its result
+  // RunOptions::safety: the result held instruction-like text (prompt injection), first
+  // marker as found; what was done about it follows SafetyRules::tool_results.
+  bool injection_flagged = false;
+  std::string injection_marker;
 };
 
 struct TaskReport {
   std::vector<StageReport> stages;
+  // RunOptions::router: the decision for this task's message (empty without a router).
+  std::string route;
+  std::string route_action;
+  double route_score = 0;
+  std::string route_runner_up;
+  double route_runner_up_score = 0;
+  double route_ms = 0;
+  // Why the task was answered with a refusal and no Generate work ("deny phrase: ...",
+  // "route 'unsafe'", "tool result injection: ..."); empty otherwise.
+  std::string refused_by;
   std::vector<ToolCallReport> tool_calls;
   int prompt_tokens = 0;         // the whole conversation, last Understand
   int reused_prompt_tokens = 0;  // of those, already in the session's KV cache
@@ -155,6 +172,13 @@ struct RunOptions {
   bool constrain_tool_calls = true;
   size_t max_tool_result_bytes = 16384;  // longer results are cut, and the model told
   bool ignore_end_of_generation = false; // benchmarks: always generate max_tokens
+  // Understand on the CPU before any Generate work (docs/UNDERSTAND.md). The safety gate's
+  // deny rules and a router's `refuse:` route answer with a refusal and no decoding; a
+  // `generate_small` route decodes on the CPU with at most small_answer_tokens; a
+  // `tool:<name>` route holds the first reply to a call of that tool (tool_registry needed).
+  std::shared_ptr<const SafetyGate> safety;
+  std::shared_ptr<SemanticRouter> router;
+  int small_answer_tokens = 64;
 };
 
 struct EngineStats {

@@ -76,6 +76,7 @@ struct TaskState {
   Device kv_device = Device::kCpu;
   double expected_tool_seconds = 0;  // ToolCall: the caller's estimate
   double latency_target_seconds = 0;  // 0: none
+  std::string route;            // the semantic router's decision; empty without one
 };
 
 class HETERO_EXPORT Scheduler {

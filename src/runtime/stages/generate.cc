@@ -14,7 +14,7 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   job->history = task.prompt_tokens;
   HETERO_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(task.options->sampling));
   job->sampler.emplace(std::move(sampler));
-  job->max_tokens = task.options->max_tokens;
+  job->max_tokens = task.max_tokens();
   job->ignore_end_of_generation = task.options->ignore_end_of_generation;
   job->stop_strings = task.options->stop;
   job->on_text = task.options->on_text;
@@ -23,7 +23,9 @@ absl::Status GenerateStage::Run(TaskContext& task) {
     auto stream = std::make_shared<internal::ReplyStream>(task.tool_format, task.options->on_text);
     job->on_text = [stream](std::string_view piece) { return stream->Push(piece); };
     const std::shared_ptr<const internal::Grammar>& grammar =
-        task.answer_only && task.answer_grammar != nullptr ? task.answer_grammar : task.tool_grammar;
+        task.answer_only && task.answer_grammar != nullptr               ? task.answer_grammar
+        : task.tool_round == 0 && task.route_grammar != nullptr ? task.route_grammar
+                                                                         : task.tool_grammar;
     if (grammar != nullptr) {
       job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), grammar, task.tool_format);
     }

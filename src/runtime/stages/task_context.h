@@ -3,6 +3,7 @@
 #ifndef HETERO_RUNTIME_STAGES_TASK_CONTEXT_H_
 #define HETERO_RUNTIME_STAGES_TASK_CONTEXT_H_
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -55,6 +56,16 @@ struct TaskContext {
   // Set after a device ran out of memory for this task: every later stage runs on the CPU,
   // and this (why) ends their reasons.
   std::optional<std::string> force_cpu;
+
+  // The Understand gate (RunOptions::safety, router): a `generate_small` route (CPU,
+  // short budget), and for a `tool:<name>` route the grammar of the first reply.
+  bool small_answer = false;
+  std::optional<std::string> refusal;  // set: the task answers this, with no more Generate
+  std::string route;
+  std::shared_ptr<const internal::Grammar> route_grammar;
+  int max_tokens() const {
+    return small_answer ? std::min(options->max_tokens, options->small_answer_tokens) : options->max_tokens;
+  }
 
   // Set by Understand for Generate.
   std::vector<int32_t> prompt_tokens;

@@ -33,7 +33,21 @@ absl::StatusOr<std::vector<ChatMessage>> RunTools(TaskContext& task) {
     }
   }
   out.push_back(std::move(assistant));
+  const SafetyGate* safety = options.safety.get();
   for (size_t i = 0; i < runs.size(); ++i) {
+    if (safety != nullptr) {
+      // Instruction-like text in a result is aimed at the model, not the user's question.
+      InjectionScan scan = safety->ScanToolResult(runs[i].content);
+      if (scan.flagged) {
+        runs[i].report.injection_flagged = true;
+        runs[i].report.injection_marker = scan.marker;
+        if (safety->rules().tool_results == InjectionPolicy::kStrip) runs[i].content = std::move(scan.stripped);
+        if (safety->rules().tool_results == InjectionPolicy::kRefuse && !task.refusal.has_value()) {
+          task.refusal = safety->rules().refusal;
+          task.report.refused_by = absl::StrCat("tool result injection: ", scan.marker);
+        }
+      }
+    }
     ChatMessage result{"tool", runs[i].content};
     result.tool_call_id = absl::StrCat("call_", task.tool_round, "_", i);
     result.name = task.parsed.calls[i].name;

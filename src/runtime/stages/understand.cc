@@ -15,7 +15,8 @@ TaskState TaskContext::State() const {
   s.task_id = task_id;
   s.prompt_tokens = static_cast<int>(prompt_tokens.size());
   s.uncached_prompt_tokens = static_cast<int>(prompt_tokens.size() - reused_tokens);
-  s.max_new_tokens = options->max_tokens;
+  s.max_new_tokens = max_tokens();
+  s.route = route;
   s.generated_tokens = report.generated_tokens;
   s.kv_tokens = static_cast<int>(kv->tokens.size());
   s.kv_device = kv->device;
@@ -80,6 +81,12 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
 
   Placement placement = services.Place(Stage::kUnderstand, task.State());
   task.generate_placement = services.Place(Stage::kGenerate, task.State());
+  if (task.small_answer) {
+    for (Placement* p : {&placement, &task.generate_placement}) {
+      if (p->device != Device::kCpu) absl::StrAppend(&p->reason, "; route '", task.route, "' answers briefly on the cpu");
+      p->device = Device::kCpu;
+    }
+  }
   if (task.force_cpu.has_value()) {
     for (Placement* p : {&placement, &task.generate_placement}) {
       if (p->device != Device::kCpu) absl::StrAppend(&p->reason, *task.force_cpu);

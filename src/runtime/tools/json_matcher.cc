@@ -93,7 +93,8 @@ std::unique_ptr<Grammar> Grammar::ToolCall(const std::vector<std::string>& names
 }
 
 std::unique_ptr<Grammar> Grammar::GenericReply(const std::vector<std::string>& names,
-                                               const std::vector<const SchemaNode*>& schemas, int max_calls) {
+                                               const std::vector<const SchemaNode*>& schemas, int max_calls,
+                                               bool calls_only) {
   auto g = std::make_unique<Grammar>();
   GrammarNode* calls = g->New();
   calls->kind = GrammarNode::Kind::kArray;
@@ -112,7 +113,7 @@ std::unique_ptr<Grammar> Grammar::GenericReply(const std::vector<std::string>& n
   root->kind = GrammarNode::Kind::kUnion;
   root->alternatives = {with_calls, with_text};
   // Without tools, only the answer form.
-  g->root_ = names.empty() ? with_text : root;
+  g->root_ = names.empty() ? with_text : calls_only ? with_calls : root;
   return g;
 }
 

@@ -52,8 +52,10 @@ class Grammar {
                                            const std::vector<const SchemaNode*>& schemas,
                                            std::string_view arguments_key = "arguments");
   // The generic reply: {"tool_calls": [call, ...]} (1 to max_calls) or {"response": "..."}.
+  // With `calls_only`, the answer form is not allowed (a route that must call a tool).
   static std::unique_ptr<Grammar> GenericReply(const std::vector<std::string>& names,
-                                               const std::vector<const SchemaNode*>& schemas, int max_calls = 4);
+                                               const std::vector<const SchemaNode*>& schemas, int max_calls = 4,
+                                               bool calls_only = false);
   // The value of one schema (tests).
   static std::unique_ptr<Grammar> ForSchema(const SchemaNode& schema);
 
