@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "examples/tools/tool_suite.h"
 #include "hetero/engine.h"
+#include "hetero/router.h"
+#include "hetero/safety.h"
 #include "nlohmann/json.hpp"
 
 namespace hetero::bench {
@@ -23,6 +27,7 @@ namespace {
 struct PolicyRow {
   std::string policy;
   int tasks = 0, solved = 0, errors = 0;
+  int without_generate = 0;  // answered with no Generate stage (refusals)
   long tokens = 0;
   double p50_ms = 0, p99_ms = 0;
   double joules = 0;  // all tasks
@@ -41,16 +46,76 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
 }
 
+// The router's routes from a labelled set's exemplar lines: each intent's action.
+std::string ActionOf(const std::string& intent) {
+  if (intent == "calculator") return "tool:calculator";
+  if (intent == "unit_conversion") return "tool:convert_units";
+  if (intent == "current_time") return "tool:current_time";
+  if (intent == "fact_lookup") return "tool:lookup";
+  if (intent == "chitchat") return "generate_small";
+  if (intent == "unsafe") return "refuse:I can't help with that request.";
+  if (intent == "out_of_scope") return "refuse:I can't do that from here: I can only answer and use my tools.";
+  return "generate";
+}
+
+struct LabelledLines {
+  std::vector<Route> routes;
+  std::vector<example_tools::SuiteQuestion> refusal_tasks;  // check "refusal"
+};
+
+absl::StatusOr<LabelledLines> LoadRoutes(const std::string& path, int refusal_tasks) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the router set '", path, "'"));
+  std::map<std::string, std::vector<std::string>> exemplars;
+  std::vector<std::string> unsafe, out_of_scope;
+  std::string raw;
+  for (int n = 1; std::getline(in, raw); ++n) {
+    if (raw.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string() || !j.contains("intent") ||
+        !j["intent"].is_string() || !j.contains("split") || !j["split"].is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", n, ": expected {\"text\", \"intent\", \"split\"} strings"));
+    }
+    const std::string text = j["text"], intent = j["intent"], split = j["split"];
+    if (split == "exemplar") exemplars[intent].push_back(text);
+    if (split == "test" && intent == "unsafe") unsafe.push_back(text);
+    if (split == "test" && intent == "out_of_scope") out_of_scope.push_back(text);
+  }
+  LabelledLines out;
+  for (const auto& [intent, examples] : exemplars) out.routes.push_back({intent, examples, ActionOf(intent)});
+  for (size_t i = 0; static_cast<int>(out.refusal_tasks.size()) < refusal_tasks &&
+                     (i < unsafe.size() || i < out_of_scope.size());
+       ++i) {
+    for (const std::vector<std::string>* from : {&unsafe, &out_of_scope}) {
+      if (i < from->size() && static_cast<int>(out.refusal_tasks.size()) < refusal_tasks) {
+        out.refusal_tasks.push_back({absl::StrCat("refuse-", out.refusal_tasks.size() + 1), (*from)[i], "", "refusal"});
+      }
+    }
+  }
+  if (out.routes.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no exemplar lines"));
+  return out;
+}
+
 absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& policy,
                                     const std::vector<example_tools::SuiteQuestion>& questions,
-                                    const std::shared_ptr<ToolRegistry>& tools) {
+                                    const std::shared_ptr<ToolRegistry>& tools, const std::vector<Route>* routes) {
   EngineOptions engine_options;
   engine_options.threads = o.threads;
   engine_options.scheduler = policy;
   auto engine = Engine::Create(o.model, engine_options);
   if (!engine.ok()) return engine.status();
+  std::shared_ptr<SemanticRouter> router;
+  std::shared_ptr<const SafetyGate> safety;
+  if (routes != nullptr) {
+    auto created = SemanticRouter::Create(**engine, *routes);
+    if (!created.ok()) return created.status();
+    router = std::move(*created);
+    auto gate = SafetyGate::Create(SafetyRules{});  // injection scan of tool results
+    if (!gate.ok()) return gate.status();
+    safety = *gate;
+  }
   PolicyRow row;
-  row.policy = policy;
+  row.policy = routes != nullptr ? policy + "+router" : policy;
   std::vector<double> latencies;
   for (const example_tools::SuiteQuestion& q : questions) {
     auto session = (*engine)->NewSession();
@@ -59,13 +124,21 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     run.max_tokens = o.max_tokens;
     run.tool_registry = tools;
     run.max_tool_rounds = 3;
+    run.router = router;
+    run.safety = safety;
     auto result = (*session)->Run(q.question, run);
     ++row.tasks;
     if (!result.ok()) {
       ++row.errors;
       continue;
     }
-    row.solved += example_tools::AnswerIsCorrect(result->text, q.answer, q.check);
+    bool generated = false;
+    for (const StageReport& s : result->report.stages) generated |= s.stage == Stage::kGenerate;
+    row.without_generate += !generated;
+    // A request to refuse is solved by a refusal: one the gate made, or a model reply that
+    // called no tool (generous to routing off: any answer without a tool call counts).
+    row.solved += q.check == "refusal" ? (!result->report.refused_by.empty() || result->report.tool_calls.empty())
+                                       : example_tools::AnswerIsCorrect(result->text, q.answer, q.check);
     row.tokens += result->report.generated_tokens;
     latencies.push_back(result->report.total_ms);
     if (result->report.joules >= 0) row.joules += result->report.joules;
@@ -137,27 +210,40 @@ int RunAgenticBench(const AgenticOptions& o) {
   if (!tools.ok()) return fail(std::string(tools.status().message()));
   std::vector<std::string> policies = {o.policy};
   if (o.policy == "all") policies = {"seed", "all-cpu", "all-gpu", "cost"};
+  std::optional<LabelledLines> labelled;
+  if (!o.router.empty()) {
+    // --limit caps the added refusal tasks too.
+    auto loaded = LoadRoutes(o.router, o.limit > 0 ? std::min(o.limit, o.refusal_tasks) : o.refusal_tasks);
+    if (!loaded.ok()) return fail(std::string(loaded.status().message()));
+    labelled = std::move(*loaded);
+    questions->insert(questions->end(), labelled->refusal_tasks.begin(), labelled->refusal_tasks.end());
+  }
   std::vector<PolicyRow> rows;
   for (const std::string& policy : policies) {
-    auto row = RunPolicy(o, policy, *questions, *tools);
-    if (!row.ok()) return fail(absl::StrCat("policy ", policy, ": ", row.status().message()));
-    rows.push_back(*row);
+    for (bool routed : {false, true}) {
+      if (routed && !labelled.has_value()) continue;
+      auto row = RunPolicy(o, policy, *questions, *tools, routed ? &labelled->routes : nullptr);
+      if (!row.ok()) return fail(absl::StrCat("policy ", policy, ": ", row.status().message()));
+      rows.push_back(*row);
+    }
   }
   if (o.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const PolicyRow& r : rows) {
       out.push_back({{"policy", r.policy}, {"tasks", r.tasks}, {"solved", r.solved}, {"errors", r.errors},
+                     {"without_generate", r.without_generate},
                      {"ppt", r.ppt()}, {"tokens", r.tokens}, {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
                      {"joules_per_task", r.tst()}, {"tokens_per_joule", r.tpw()}, {"estimated", r.estimated},
                      {"energy_sources", r.energy_sources}});
     }
     std::printf("%s\n", out.dump(2).c_str());
   } else {
-    std::printf("%-8s %6s %6s %7s %7s %9s %9s %9s %8s  %s\n", "policy", "tasks", "solved", "PPT", "tokens", "p50 ms",
-                "p99 ms", "J/task", "tok/J", "energy");
+    std::printf("%-15s %6s %6s %6s %7s %7s %9s %9s %9s %8s  %s\n", "policy", "tasks", "solved", "no-gen", "PPT", "tokens",
+                "p50 ms", "p99 ms", "J/task", "tok/J", "energy");
     for (const PolicyRow& r : rows) {
-      std::printf("%-8s %6d %6d %7.2f %7ld %9.0f %9.0f %9.2f %8.3f  %s\n", r.policy.c_str(), r.tasks, r.solved, r.ppt(),
-                  r.tokens, r.p50_ms, r.p99_ms, r.tst(), r.tpw(), r.estimated ? "estimated" : "measured");
+      std::printf("%-15s %6d %6d %6d %7.2f %7ld %9.0f %9.0f %9.2f %8.3f  %s\n", r.policy.c_str(), r.tasks, r.solved,
+                  r.without_generate, r.ppt(), r.tokens, r.p50_ms, r.p99_ms, r.tst(), r.tpw(),
+                  r.estimated ? "estimated" : "measured");
     }
     if (!rows.empty()) std::printf("energy sources: %s\n", rows.back().energy_sources.c_str());
   }

@@ -18,6 +18,12 @@ struct AgenticOptions {
   int max_tokens = 160;
   int limit = 0;               // first N questions; 0: all
   bool json = false;
+  // Routing on against off (docs/UNDERSTAND.md): a labelled utterance set whose exemplar
+  // lines become the router's routes; its held-out unsafe and out-of-scope lines join the
+  // suite as tasks solved by a refusal. Each policy then runs twice, without and with the
+  // router and a safety gate.
+  std::string router;
+  int refusal_tasks = 10;  // held-out unsafe/out-of-scope lines added (alternating; at most --limit)
 };
 
 int RunAgenticBench(const AgenticOptions& options);

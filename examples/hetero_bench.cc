@@ -266,10 +266,10 @@ int main(int argc, char** argv) {
     } else if (a == "--json") {
       json = true;
       agentic.json = true;
-    } else if (a == "--agentic" || a == "--policy" || a == "--plot" || a == "--facts") {
+    } else if (a == "--agentic" || a == "--policy" || a == "--plot" || a == "--facts" || a == "--router") {
       if (i + 1 >= argc) return Fail(a + " needs a value");
       std::string& field = a == "--agentic" ? agentic.suite : a == "--policy" ? agentic.policy
-                         : a == "--plot"    ? agentic.plot : agentic.facts;
+                         : a == "--plot"    ? agentic.plot : a == "--router" ? agentic.router : agentic.facts;
       field = argv[++i];
     } else if (a == "--transfer") {
       transfer = true;
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
                   "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
-                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]\n"
+                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl] [--json] [--plot FILE.svg]\n"
                   "       hetero-bench --route DATASET.jsonl [--layers N] [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
                   "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n");
       return 0;

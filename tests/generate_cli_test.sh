@@ -77,6 +77,20 @@ import sys, xml.dom.minidom
 doc = xml.dom.minidom.parse(sys.argv[1])
 assert len(doc.getElementsByTagName("circle")) == 4
 ' "$tmp/agentic.svg"
+# Routing on against off: one suite question and one request to refuse, seed policy.
+"$bench" -t 2 -n 32 --agentic tests/data/tool_suite.jsonl --limit 1 --policy seed --router tests/data/intents.jsonl \
+  --json >"$tmp/routed.json" 2>"$tmp/routed.err"
+check "--agentic --router exits 0" test $? -eq 0
+check "--router adds a routed row, refusals without Generate" python3 -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["policy"] for r in rows] == ["seed", "seed+router"], rows
+off, on = rows
+assert off["tasks"] == on["tasks"] == 2 and off["errors"] == on["errors"] == 0
+assert off["without_generate"] == 0, off
+assert on["without_generate"] == 1, on  # the unsafe request, refused before Generate
+' "$tmp/routed.json"
+expect_error agentic_router "cannot read the router set" "$bench" --agentic tests/data/tool_suite.jsonl --limit 1 --router /no/such.jsonl
 expect_error agentic_missing "cannot read the suite" "$bench" --agentic /no/such/suite.jsonl
 expect_error agentic_policy "unknown scheduler" "$bench" --agentic tests/data/tool_suite.jsonl --limit 1 --policy bogus
 exit $fail
