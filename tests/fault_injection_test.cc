@@ -21,6 +21,7 @@
 #include "src/cpu/cpu_backend.h"
 #include "src/runtime/test_hooks.h"
 #include "tests/support/default_model.h"
+#include "tests/support/stand_in_gpu.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/tiny_model.h"
 
@@ -39,47 +40,38 @@ class ScopedTestHooks {
 
 // A "GPU" that is a CPU backend which refuses allocations or steps on demand, as a device
 // out of memory would.
-class FaultyBackend : public Backend {
+class FaultyBackend : public testing::ForwardingBackend {
  public:
-  explicit FaultyBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   std::atomic<bool> fail_allocations{false};  // NewSequence, SwapIn
   std::atomic<bool> fail_steps{false};        // every forward pass
   std::atomic<int> refused{0};
 
-  const BackendInfo& info() const override { return inner_->info(); }
-  int vocab_size() const override { return inner_->vocab_size(); }
   absl::StatusOr<SequenceId> NewSequence() override {
     if (fail_allocations) return Refuse();
-    return inner_->NewSequence();
+    return ForwardingBackend::NewSequence();
   }
-  void FreeSequence(SequenceId seq) override { inner_->FreeSequence(seq); }
-  absl::StatusOr<int> SequenceLength(SequenceId seq) const override { return inner_->SequenceLength(seq); }
-  absl::Status TruncateSequence(SequenceId seq, int length) override { return inner_->TruncateSequence(seq, length); }
-  int kv_capacity_tokens() const override { return inner_->kv_capacity_tokens(); }
-  int kv_used_tokens() const override { return inner_->kv_used_tokens(); }
-  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
-  absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) override { return inner_->SwapOut(seq); }
   absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override {
     if (fail_allocations) return Refuse();
-    return inner_->SwapIn(saved);
+    return ForwardingBackend::SwapIn(saved);
   }
   absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override {
     if (fail_steps) return Refuse();
-    return inner_->Prefill(seq, tokens, logits);
+    return ForwardingBackend::Prefill(seq, tokens, logits);
   }
   absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                       absl::Span<float> logits) override {
     if (fail_steps) return Refuse();
-    return inner_->Decode(seqs, tokens, logits);
+    return ForwardingBackend::Decode(seqs, tokens, logits);
   }
   absl::Status DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                             absl::Span<int32_t> next) override {
     if (fail_steps) return Refuse();
-    return inner_->DecodeGreedy(seqs, tokens, next);
+    return ForwardingBackend::DecodeGreedy(seqs, tokens, next);
   }
   absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override {
     if (fail_steps) return Refuse();
-    return inner_->Step(chunks, logits);
+    return ForwardingBackend::Step(chunks, logits);
   }
 
  private:
@@ -87,7 +79,6 @@ class FaultyBackend : public Backend {
     ++refused;
     return absl::ResourceExhaustedError("simulated: out of device memory");
   }
-  std::unique_ptr<Backend> inner_;
 };
 
 EngineOptions TestOptions(const std::string& scheduler = "seed") {
@@ -110,23 +101,7 @@ class FaultInjectionTest : public ::testing::Test {
   void SetUp() override { HETERO_SKIP_WITHOUT_DEFAULT_MODEL(); }
 
   // Hooks giving the engine a FaultyBackend as its GPU; `gpu_` points at it once created.
-  internal::TestHooks FakeGpuHooks() {
-    internal::TestHooks hooks;
-    hooks.gpu_backend = [this](const Model& model, int block_tokens, int capacity,
-                               int max_sequences) -> absl::StatusOr<std::unique_ptr<Backend>> {
-      CpuBackendOptions o;
-      o.threads = 1;
-      o.kv_block_tokens = block_tokens;
-      o.kv_capacity_tokens = capacity;
-      o.max_sequences = max_sequences;
-      absl::StatusOr<std::unique_ptr<CpuBackend>> cpu = CpuBackend::Create(model, o);
-      if (!cpu.ok()) return cpu.status();
-      auto gpu = std::make_unique<FaultyBackend>(std::move(*cpu));
-      gpu_ = gpu.get();
-      return std::unique_ptr<Backend>(std::move(gpu));
-    };
-    return hooks;
-  }
+  internal::TestHooks FakeGpuHooks() { return testing::StandInGpuHooks(&gpu_); }
   FaultyBackend* gpu_ = nullptr;
 };
 

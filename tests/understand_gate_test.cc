@@ -13,6 +13,7 @@
 #include "src/cpu/cpu_backend.h"
 #include "src/runtime/test_hooks.h"
 #include "tests/support/default_model.h"
+#include "tests/support/stand_in_gpu.h"
 #include "tests/support/status_matchers.h"
 
 namespace hetero {
@@ -52,55 +53,32 @@ TEST(SafetyGateTest, DenyRulesAndInjectionMarkers) {
   EXPECT_THAT(SafetyGate::Create(rules), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-// A stand-in GPU (a CPU backend) that counts the calls made to it.
-class CountingBackend : public Backend {
+// A stand-in GPU that counts the calls that would do work on it.
+class CountingBackend : public testing::ForwardingBackend {
  public:
-  explicit CountingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   std::atomic<int> calls{0};
-  const BackendInfo& info() const override { return inner_->info(); }
-  int vocab_size() const override { return inner_->vocab_size(); }
-  absl::StatusOr<SequenceId> NewSequence() override { return ++calls, inner_->NewSequence(); }
-  void FreeSequence(SequenceId seq) override { inner_->FreeSequence(seq); }
-  absl::StatusOr<int> SequenceLength(SequenceId seq) const override { return inner_->SequenceLength(seq); }
-  absl::Status TruncateSequence(SequenceId seq, int length) override { return inner_->TruncateSequence(seq, length); }
-  int kv_capacity_tokens() const override { return inner_->kv_capacity_tokens(); }
-  int kv_used_tokens() const override { return inner_->kv_used_tokens(); }
-  size_t kv_bytes_per_token() const override { return inner_->kv_bytes_per_token(); }
-  absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) override { return inner_->SwapOut(seq); }
-  absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override { return ++calls, inner_->SwapIn(saved); }
+  absl::StatusOr<SequenceId> NewSequence() override { return ++calls, ForwardingBackend::NewSequence(); }
+  absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override { return ++calls, ForwardingBackend::SwapIn(saved); }
   absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> t, absl::Span<float> l) override {
-    return ++calls, inner_->Prefill(seq, t, l);
+    return ++calls, ForwardingBackend::Prefill(seq, t, l);
   }
   absl::Status Decode(absl::Span<const SequenceId> s, absl::Span<const int32_t> t, absl::Span<float> l) override {
-    return ++calls, inner_->Decode(s, t, l);
+    return ++calls, ForwardingBackend::Decode(s, t, l);
   }
   absl::Status DecodeGreedy(absl::Span<const SequenceId> s, absl::Span<const int32_t> t, absl::Span<int32_t> n) override {
-    return ++calls, inner_->DecodeGreedy(s, t, n);
+    return ++calls, ForwardingBackend::DecodeGreedy(s, t, n);
   }
-  absl::Status Step(absl::Span<const SequenceChunk> c, absl::Span<float> l) override { return ++calls, inner_->Step(c, l); }
-
- private:
-  std::unique_ptr<Backend> inner_;
+  absl::Status Step(absl::Span<const SequenceChunk> c, absl::Span<float> l) override {
+    return ++calls, ForwardingBackend::Step(c, l);
+  }
 };
 
 class UnderstandGateTest : public ::testing::Test {
  protected:
   void SetUp() override {
     HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
-    internal::TestHooks hooks;
-    hooks.gpu_backend = [this](const Model& model, int block_tokens, int capacity,
-                               int max_sequences) -> absl::StatusOr<std::unique_ptr<Backend>> {
-      CpuBackendOptions o;
-      o.threads = 1;
-      o.kv_block_tokens = block_tokens;
-      o.kv_capacity_tokens = capacity;
-      o.max_sequences = max_sequences;
-      auto cpu = CpuBackend::Create(model, o);
-      if (!cpu.ok()) return cpu.status();
-      auto gpu = std::make_unique<CountingBackend>(std::move(*cpu));
-      gpu_ = gpu.get();
-      return std::unique_ptr<Backend>(std::move(gpu));
-    };
+    internal::TestHooks hooks = testing::StandInGpuHooks(&gpu_);
     internal::SetTestHooksForTesting(std::move(hooks));
     EngineOptions o;
     o.threads = 1;
