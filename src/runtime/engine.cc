@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hetero/devices.h"
 #include "hetero/model.h"
-#include "hetero/router.h"
 #include "src/cpu/cpu_backend.h"
 #include "src/gpu/cuda_backend.h"
 #include "src/runtime/log_internal.h"
@@ -70,70 +68,6 @@ absl::Status RunStage(TaskContext& task, Stage stage, StageBody body) {
   HETERO_RETURN_IF_ERROR(AtStageBoundary(task, stage, /*begin=*/true));
   HETERO_RETURN_IF_ERROR(body());
   return AtStageBoundary(task, stage, /*begin=*/false);
-}
-
-// Understand's gate, before any Generate work: the safety gate's deny rules, then the
-// semantic router. A refusal becomes the task's answer (reported as an Understand stage on
-// the CPU); `generate_small` and `tool:<name>` routes shape the rest of the task.
-absl::Status RunUnderstandGate(TaskContext& task, const std::string& user_message, const ToolRegistry* registry) {
-  const RunOptions& options = *task.options;
-  if (options.safety == nullptr && options.router == nullptr) return absl::OkStatus();
-  const auto start = Clock::now();
-  std::string reason;
-  if (options.safety != nullptr) {
-    const SafetyVerdict verdict = options.safety->Check(user_message);
-    if (verdict.denied) {
-      task.refusal = options.safety->rules().refusal;
-      task.report.refused_by = absl::StrCat("deny ", verdict.rule);
-      reason = absl::StrCat("refused by the safety gate (", verdict.rule, ")");
-    }
-  }
-  if (!task.refusal.has_value() && options.router != nullptr) {
-    HETERO_ASSIGN_OR_RETURN(RouteDecision d, options.router->Decide(user_message));
-    TaskReport& r = task.report;
-    r.route = d.route;
-    r.route_action = d.action;
-    r.route_score = d.score;
-    r.route_runner_up = d.runner_up;
-    r.route_runner_up_score = d.runner_up_score;
-    r.route_ms = d.ms;
-    task.route = d.route;
-    if (absl::StartsWith(d.action, "refuse:")) {
-      task.refusal = d.action.substr(7);
-      r.refused_by = absl::StrCat("route '", d.route, "'");
-      reason = absl::StrFormat("refused by route '%s' (score %.3f, runner-up '%s' %.3f)", d.route, d.score,
-                               d.runner_up, d.runner_up_score);
-    } else if (d.action == "generate_small") {
-      task.small_answer = true;
-    } else if (absl::StartsWith(d.action, "tool:") && registry != nullptr && options.constrain_tool_calls) {
-      const std::string name = d.action.substr(5);
-      for (size_t i = 0; i < registry->size(); ++i) {
-        if (registry->tool(i).name != name) continue;
-        const std::vector<std::string> names = {name};
-        const std::vector<const internal::SchemaNode*> schemas = {&registry->schema(i).root()};
-        task.route_grammar =
-            task.tool_format == ToolCallFormat::kGeneric
-                ? internal::Grammar::GenericReply(names, schemas, /*max_calls=*/1, /*calls_only=*/true)
-                : internal::Grammar::ToolCall(names, schemas,
-                                              task.tool_format == ToolCallFormat::kLlama3 ? "parameters" : "arguments");
-      }
-      if (task.route_grammar == nullptr) {
-        internal::Log(LogLevel::kWarning, absl::StrCat("route '", d.route, "' names tool '", name,
-                                                       "', which is not registered: the normal path runs"));
-      }
-    }
-  }
-  if (task.refusal.has_value()) {
-    StageReport stage;
-    stage.stage = Stage::kUnderstand;
-    stage.device = Device::kCpu;
-    stage.reason = reason;
-    stage.start_ms = task.MsSinceStart(start);
-    stage.end_ms = task.MsSinceStart(Clock::now());
-    task.report.stages.push_back(stage);
-    task.report.stop_reason = "refused";
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #ifndef HETERO_RUNTIME_STAGES_STAGES_H_
 #define HETERO_RUNTIME_STAGES_STAGES_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "src/runtime/stages/task_context.h"
 
@@ -28,6 +30,12 @@ class ToolCallStage {
  public:
   absl::Status Run(TaskContext& task);
 };
+
+// Understand's gate, run once per task before the first Understand when RunOptions::safety
+// or ::router is set: deny rules, then the router. A refusal is left in task.refusal (and
+// reported as an Understand stage on the CPU); generate_small and tool:<name> routes set
+// task.small_answer and task.route_grammar.
+absl::Status RunUnderstandGate(TaskContext& task, const std::string& user_message, const ToolRegistry* registry);
 
 // Releases whatever KV the session holds (after cancellation or errors).
 void ReleaseSessionKv(StageServices& services, SessionKv& kv);
