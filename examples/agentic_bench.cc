@@ -38,13 +38,6 @@ struct PolicyRow {
   double tpw() const { return joules > 0 ? static_cast<double>(tokens) / joules : 0; }
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest rank.
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
 
 // The router's routes from a labelled set's exemplar lines: each intent's action.
 std::string ActionOf(const std::string& intent) {
@@ -197,6 +190,14 @@ std::string Svg(const std::vector<PolicyRow>& rows) {
 }
 
 }  // namespace
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  // Nearest rank.
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+}
 
 int RunAgenticBench(const AgenticOptions& o) {
   const auto fail = [](const std::string& message) {

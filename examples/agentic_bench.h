@@ -3,6 +3,7 @@
 #define HETERO_EXAMPLES_AGENTIC_BENCH_H_
 
 #include <string>
+#include <vector>
 
 #include "examples/tools/tool_suite.h"
 
@@ -27,6 +28,9 @@ struct AgenticOptions {
 };
 
 int RunAgenticBench(const AgenticOptions& options);
+
+// The p-th percentile of `v` by nearest rank (0 when empty); shared by the benchmarks.
+double Percentile(std::vector<double> v, double p);
 
 }  // namespace hetero::bench
 

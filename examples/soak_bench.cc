@@ -7,6 +7,8 @@
 // turns, or at half time), every 5 s after it, and at the end.
 #include "examples/soak_bench.h"
 
+#include "examples/agentic_bench.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,12 +42,6 @@ int64_t ResidentBytes() {
   return resident * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-}
 
 struct Totals {
   std::mutex mu;
