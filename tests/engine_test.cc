@@ -254,6 +254,7 @@ TEST_F(EngineTest, BackpressureAnswersBusyAtTheBound) {
 TEST_F(EngineTest, IdleSessionsAreEvictedWhenKvMemoryRunsOut) {
   EngineOptions o = TestOptions();
   o.kv_capacity_tokens = 160;
+  o.share_kv_prefixes = false;  // else b shares a's system-prompt blocks and fits beside it
   auto engine = Make(o);
   auto a = engine->NewSession();
   auto b = engine->NewSession();

@@ -44,6 +44,8 @@ struct EngineOptions {
   int max_batch = 16;                            // decode steps batched together per device
   int max_sessions = 64;
   int kv_capacity_tokens = 0;                    // per device; 0: 4 x the context length
+  bool share_kv_prefixes = true;                 // sessions starting with the same tokens
+                                                 // (a system prompt) share their KV blocks
   std::string cpu_precision = "auto";            // "auto", "f32" or "bf16"
   std::string chat_format;                       // empty: the model's template; else a
                                                  // family name (see ParseChatFormat)
@@ -117,6 +119,8 @@ struct TaskReport {
   std::vector<ToolCallReport> tool_calls;
   int prompt_tokens = 0;         // the whole conversation, last Understand
   int reused_prompt_tokens = 0;  // of those, already in the session's KV cache
+  int shared_prompt_tokens = 0;  // of those, in KV blocks other sessions encoded (a shared
+                                 // system prompt; EngineOptions::share_kv_prefixes)
   int generated_tokens = 0;      // over all Generate stages
   double time_to_first_token_ms = 0;
   double total_ms = 0;
@@ -185,8 +189,12 @@ struct EngineStats {
   int sessions = 0;
   int queued_tasks = 0;
   int active_tasks = 0;
-  int64_t kv_used_tokens = 0;      // all devices
+  int64_t kv_used_tokens = 0;      // all devices; blocks sessions share count once
   int64_t kv_capacity_tokens = 0;
+  int64_t kv_shared_tokens = 0;    // what sharing saves: tokens held by more than one
+                                   // session, counted once for each extra holder
+  int64_t kv_cached_tokens = 0;    // shared-prefix blocks no session holds, kept for reuse
+  int64_t kv_prefix_hit_tokens = 0;  // prompt tokens taken from shared blocks so far
 };
 
 class Engine;

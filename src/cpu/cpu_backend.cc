@@ -35,7 +35,7 @@ int DefaultCpuThreads() { return std::max(1, DetectCpu().usable_cpus); }
 CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
     : PagedBackend("CPU backend", model.config(), options.kv_block_tokens,
                    options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : model.config().context_length,
-                   options.max_sequences),
+                   options.max_sequences, options.share_kv_prefixes),
       model_(model),
       config_(model.config()),
       options_(options) {}
@@ -139,6 +139,7 @@ absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
   HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
   SavedSequence saved;
   saved.tokens = length;
+  saved.token_ids = kv_.Tokens(seq);
   const std::vector<int32_t>& blocks = kv_.Blocks(seq);
   HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(blocks.size() * kv_block_floats_));
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -155,7 +156,8 @@ absl::StatusOr<SequenceId> CpuBackend::SwapIn(const SavedSequence& saved) {
     return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
   }
   const SequenceId seq = kv_.NewSequence();
-  absl::Status s = kv_.Reserve(seq, saved.tokens);
+  absl::Status s = static_cast<int>(saved.token_ids.size()) == saved.tokens ? kv_.Reserve(seq, saved.token_ids)
+                                                                           : kv_.Reserve(seq, saved.tokens);
   if (!s.ok()) {
     kv_.FreeSequence(seq);
     return s;
@@ -166,6 +168,11 @@ absl::StatusOr<SequenceId> CpuBackend::SwapIn(const SavedSequence& saved) {
   }
   kv_.Advance(seq, saved.tokens);
   return seq;
+}
+
+absl::Status CpuBackend::CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) {
+  for (const KvBlockTable::BlockCopy& c : copies) std::copy_n(KvBlock(c.from), kv_block_floats_, KvBlock(c.to));
+  return absl::OkStatus();
 }
 
 float* CpuBackend::KvBlock(int block) {
@@ -336,7 +343,7 @@ absl::StatusOr<std::vector<std::vector<float>>> CpuBackend::Embed(absl::Span<con
     // The next group: inputs while they total at most kEmbedBatchTokens tokens and fit in
     // the KV blocks free now (at least one input; if even that does not fit, Reserve says so).
     const int bt = kv_.block_tokens();
-    const int free_blocks = kv_.max_blocks() - kv_.blocks_ever_used() + kv_.free_blocks();
+    const int free_blocks = kv_.available_blocks();
     size_t last = first, tokens = 0;
     int blocks = 0;
     while (last < inputs.size()) {
@@ -347,7 +354,10 @@ absl::StatusOr<std::vector<std::vector<float>>> CpuBackend::Embed(absl::Span<con
       ++last;
     }
     std::vector<SequenceChunk> chunks;
-    for (size_t i = first; i < last; ++i) chunks.push_back({kv_.NewSequence(), inputs[i]});
+    for (size_t i = first; i < last; ++i) {
+      chunks.push_back({kv_.NewSequence(), inputs[i]});
+      kv_.MarkPrivate(chunks.back().seq);  // early exit leaves later layers unwritten: never share
+    }
     absl::StatusOr<std::vector<int>> lengths = ReserveChunks(chunks);
     absl::Status status = lengths.status();
     if (status.ok()) {

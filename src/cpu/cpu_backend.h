@@ -42,6 +42,9 @@ struct CpuBackendOptions {
   // KV capacity in tokens over all sequences; 0 means one full context. Blocks are
   // allocated when first used, so unused capacity costs no memory.
   int kv_capacity_tokens = 0;
+  // Sequences starting with the same tokens share those tokens' KV blocks
+  // (copy-on-write; src/runtime/kv_cache.h).
+  bool share_kv_prefixes = true;
   // Prompt chunks of at least this many rows use the bf16 GEMM path for native weights.
   // 0: automatic. Where the AVX-512 VNNI kernels run, never: they beat the bf16 GEMM at
   // every prompt length measured (docs/PERFORMANCE.md). On a CPU with AVX-512 BF16 but no
@@ -98,6 +101,8 @@ class CpuBackend : public PagedBackend {
   // embeddings may stop early: the later layers' KV of those rows is then never written.
   absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
                        float* hidden = nullptr, int hidden_layers = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 

@@ -82,7 +82,7 @@ absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::stri
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options)
     : PagedBackend("CUDA backend", model.config(), options.kv_block_tokens,
                    options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * model.config().context_length,
-                   options.max_sequences),
+                   options.max_sequences, options.share_kv_prefixes),
       model_(model),
       config_(model.config()),
       options_(options),
@@ -227,6 +227,7 @@ absl::StatusOr<SavedSequence> CudaBackend::SwapOut(SequenceId seq) {
     MutexLock lock(&mutex_);
     HETERO_ASSIGN_OR_RETURN(int length, kv_.Length(seq));
     saved.tokens = length;
+    saved.token_ids = kv_.Tokens(seq);
     blocks = kv_.Blocks(seq);
   }
   HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(blocks.size() * kv_block_floats_));
@@ -249,7 +250,9 @@ absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
       return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
     }
     seq = kv_.NewSequence();
-    if (absl::Status s = kv_.Reserve(seq, saved.tokens); !s.ok()) {
+    absl::Status s = static_cast<int>(saved.token_ids.size()) == saved.tokens ? kv_.Reserve(seq, saved.token_ids)
+                                                                             : kv_.Reserve(seq, saved.tokens);
+    if (!s.ok()) {
       kv_.FreeSequence(seq);
       return s;
     }
@@ -266,6 +269,25 @@ absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
   }
   kv_.Advance(seq, saved.tokens);
   return seq;
+}
+
+// Copy-on-write is rare (a session's turn cutting into a block other sessions share: at
+// most one block per turn), so it goes through host memory with the module's block copy
+// rather than a device-to-device entry point in the module ABI.
+absl::Status CudaBackend::CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) {
+  std::vector<int32_t> from, to;
+  for (const KvBlockTable::BlockCopy& c : copies) {
+    from.push_back(c.from);
+    to.push_back(c.to);
+  }
+  HETERO_ASSIGN_OR_RETURN(HostBuffer staging, HostMemoryPool::Default()->Allocate(from.size() * kv_block_floats_));
+  char message[512] = {};
+  HETERO_RETURN_IF_ERROR(ModuleStatus(api_->copy_kv(device_model_, 1, from.data(), static_cast<int32_t>(from.size()),
+                                                    staging.data(), message, sizeof message),
+                                      "copying shared KV blocks to the host", message));
+  return ModuleStatus(api_->copy_kv(device_model_, 0, to.data(), static_cast<int32_t>(to.size()), staging.data(),
+                                    message, sizeof message),
+                      "copying KV blocks back to the device", message);
 }
 
 absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,

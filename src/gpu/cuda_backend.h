@@ -25,6 +25,7 @@ struct CudaBackendOptions {
   int kv_block_tokens = 16;     // must match the CPU backend's for handoff
   int kv_capacity_tokens = 0;   // over all sequences; 0: four full contexts
   int max_rows_per_pass = 512;  // longer prompts run in several passes
+  bool share_kv_prefixes = true;  // copy-on-write prefix sharing (src/runtime/kv_cache.h)
 };
 
 class CudaBackend : public PagedBackend {
@@ -50,6 +51,8 @@ class CudaBackend : public PagedBackend {
   };
   struct Api;
 
+  absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   CudaBackend(const Model& model, const CudaBackendOptions& options);
   absl::Status Init();
   // One pass of the module over `rows` (at most max_rows_per_pass), logits for `logit_rows`.

@@ -36,6 +36,20 @@ using SequenceId = int32_t;
 struct SavedSequence {
   int tokens = 0;
   HostBuffer data;  // pinned where a GPU is present (include/hetero/transfer.h)
+  // The token ids, when the backend knew them (prefix sharing); empty otherwise. SwapIn
+  // with them makes the copy's full blocks shareable again.
+  std::vector<int32_t> token_ids;
+};
+
+// A backend's KV cache in tokens: blocks shared by several sequences count once in
+// used_tokens; shared_tokens is what sharing saves; cached_tokens are in shared-prefix
+// blocks no sequence holds (kept until the pool needs them).
+struct KvCacheStats {
+  int capacity_tokens = 0;
+  int used_tokens = 0;
+  int shared_tokens = 0;
+  int cached_tokens = 0;
+  int64_t attached_tokens_total = 0;  // prompt tokens taken from shared blocks so far
 };
 
 // Tokens to append to one sequence in a batched step.
@@ -59,11 +73,25 @@ class Backend {
   virtual absl::StatusOr<int> SequenceLength(SequenceId seq) const = 0;
   // Keeps the first `length` tokens (prefix reuse, rollback).
   virtual absl::Status TruncateSequence(SequenceId seq, int length) = 0;
+  // Cross-sequence prefix sharing: appends to `seq` the KV blocks another sequence already
+  // encoded for the next tokens of `tokens` (the sequence must hold its first
+  // SequenceLength tokens), whole blocks only, at most `max_length` tokens in all. Returns
+  // the tokens attached; backends without sharing attach none.
+  virtual absl::StatusOr<int> AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> tokens, int max_length) {
+    (void)seq, (void)tokens, (void)max_length;
+    return 0;
+  }
 
   // KV accounting, in tokens.
   virtual int kv_capacity_tokens() const = 0;
   virtual int kv_used_tokens() const = 0;  // tokens held by live sequences
   virtual size_t kv_bytes_per_token() const = 0;
+  virtual KvCacheStats kv_cache_stats() const {
+    KvCacheStats s;
+    s.capacity_tokens = kv_capacity_tokens();
+    s.used_tokens = kv_used_tokens();
+    return s;
+  }
 
   // Copies the sequence's KV cache to host memory and frees the sequence.
   virtual absl::StatusOr<SavedSequence> SwapOut(SequenceId seq) = 0;

@@ -260,6 +260,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
     return absl::InvalidArgumentError(absl::StrCat("unknown cpu_precision '", options.cpu_precision, "'"));
   }
   cpu.max_sequences = options.max_sessions;
+  cpu.share_kv_prefixes = options.share_kv_prefixes;
   cpu.kv_capacity_tokens =
       options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * impl->model->config().context_length;
   HETERO_ASSIGN_OR_RETURN(impl->cpu, CpuBackend::Create(*impl->model, cpu));
@@ -279,7 +280,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
     CudaBackendOptions gpu;
     gpu.max_sequences = options.max_sessions;
     gpu.kv_capacity_tokens = cpu.kv_capacity_tokens;
-    gpu.kv_block_tokens = cpu.kv_block_tokens;  // one block layout: KV moves between them as is
+    gpu.kv_block_tokens = cpu.kv_block_tokens;
+    gpu.share_kv_prefixes = options.share_kv_prefixes;  // one block layout: KV moves between them as is
     absl::StatusOr<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(*impl->model, gpu);
     if (created.ok()) {
       impl->gpu = std::move(*created);
@@ -353,13 +355,18 @@ EngineStats Engine::stats() const {
   }
   s.queued_tasks = impl_->cpu_worker->queued();
   s.active_tasks = impl_->cpu_worker->active();
-  s.kv_used_tokens = impl_->cpu->kv_used_tokens();
-  s.kv_capacity_tokens = impl_->cpu->kv_capacity_tokens();
   if (impl_->gpu != nullptr) {
     s.queued_tasks += impl_->gpu_worker->queued();
     s.active_tasks += impl_->gpu_worker->active();
-    s.kv_used_tokens += impl_->gpu->kv_used_tokens();
-    s.kv_capacity_tokens += impl_->gpu->kv_capacity_tokens();
+  }
+  for (const Backend* backend : {static_cast<const Backend*>(impl_->cpu.get()), static_cast<const Backend*>(impl_->gpu.get())}) {
+    if (backend == nullptr) continue;
+    const KvCacheStats kv = backend->kv_cache_stats();
+    s.kv_used_tokens += kv.used_tokens;
+    s.kv_capacity_tokens += kv.capacity_tokens;
+    s.kv_shared_tokens += kv.shared_tokens;
+    s.kv_cached_tokens += kv.cached_tokens;
+    s.kv_prefix_hit_tokens += kv.attached_tokens_total;
   }
   return s;
 }

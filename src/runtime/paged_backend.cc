@@ -8,13 +8,14 @@
 namespace hetero {
 
 PagedBackend::PagedBackend(std::string name, const ModelConfig& config, int kv_block_tokens, int kv_capacity_tokens,
-                           int max_sequences)
+                           int max_sequences, bool share_prefixes)
     : name_(std::move(name)),
       kv_block_tokens_(kv_block_tokens),
       kv_block_floats_(static_cast<size_t>(config.n_layers) * 2 * config.n_kv_heads * kv_block_tokens *
                        config.head_dim),
       max_sequences_(max_sequences),
-      kv_(kv_block_tokens, (kv_capacity_tokens + kv_block_tokens - 1) / kv_block_tokens, config.context_length) {}
+      kv_(kv_block_tokens, (kv_capacity_tokens + kv_block_tokens - 1) / kv_block_tokens, config.context_length,
+          share_prefixes) {}
 
 absl::StatusOr<SequenceId> PagedBackend::NewSequence() {
   MutexLock lock(&mutex_);
@@ -38,7 +39,33 @@ absl::StatusOr<int> PagedBackend::SequenceLength(SequenceId seq) const {
 
 absl::Status PagedBackend::TruncateSequence(SequenceId seq, int length) {
   MutexLock lock(&mutex_);
-  return kv_.Truncate(seq, length);
+  std::vector<KvBlockTable::BlockCopy> copies;
+  HETERO_RETURN_IF_ERROR(kv_.Truncate(seq, length, &copies));
+  if (copies.empty()) return absl::OkStatus();
+  absl::Status copied = CopyKvBlocks(copies);
+  if (!copied.ok()) {
+    // The copy holds nothing usable: end the sequence before it.
+    kv_.Truncate(seq, length / kv_block_tokens_ * kv_block_tokens_, &copies).IgnoreError();
+  }
+  return copied;
+}
+
+absl::StatusOr<int> PagedBackend::AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> tokens,
+                                                     int max_length) {
+  MutexLock lock(&mutex_);
+  if (!kv_.Contains(seq)) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  return kv_.AttachCachedPrefix(seq, tokens, max_length);
+}
+
+KvCacheStats PagedBackend::kv_cache_stats() const {
+  MutexLock lock(&mutex_);
+  KvCacheStats s;
+  s.capacity_tokens = kv_.max_blocks() * kv_.block_tokens();
+  s.used_tokens = kv_.used_tokens();
+  s.shared_tokens = kv_.shared_tokens();
+  s.cached_tokens = kv_.cached_blocks() * kv_.block_tokens();
+  s.attached_tokens_total = kv_.attached_tokens_total();
+  return s;
 }
 
 int PagedBackend::kv_capacity_tokens() const {
@@ -87,7 +114,7 @@ absl::StatusOr<std::vector<int>> PagedBackend::ReserveChunks(absl::Span<const Se
     lengths.push_back(length);
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
-    if (absl::Status s = kv_.Reserve(chunks[i].seq, static_cast<int>(chunks[i].tokens.size())); !s.ok()) {
+    if (absl::Status s = kv_.Reserve(chunks[i].seq, chunks[i].tokens); !s.ok()) {
       RollBack(chunks.subspan(0, i), lengths);
       return s;
     }
@@ -96,7 +123,9 @@ absl::StatusOr<std::vector<int>> PagedBackend::ReserveChunks(absl::Span<const Se
 }
 
 void PagedBackend::RollBack(absl::Span<const SequenceChunk> chunks, const std::vector<int>& lengths) {
-  for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i]).IgnoreError();
+  // Back to lengths they had: never into a shared block, so no copies.
+  std::vector<KvBlockTable::BlockCopy> copies;
+  for (size_t i = 0; i < chunks.size(); ++i) kv_.Truncate(chunks[i].seq, lengths[i], &copies).IgnoreError();
 }
 
 absl::StatusOr<size_t> PagedBackend::SavedBlocks(const SavedSequence& saved) const {

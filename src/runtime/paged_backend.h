@@ -22,9 +22,11 @@ class PagedBackend : public Backend {
   void FreeSequence(SequenceId seq) override;
   absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
   absl::Status TruncateSequence(SequenceId seq, int length) override;
+  absl::StatusOr<int> AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> tokens, int max_length) override;
   int kv_capacity_tokens() const override;
   int kv_used_tokens() const override;
   size_t kv_bytes_per_token() const override;
+  KvCacheStats kv_cache_stats() const override;
   // Both as a Step of one chunk per sequence.
   absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
   absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
@@ -32,9 +34,14 @@ class PagedBackend : public Backend {
 
  protected:
   // `name` names the backend in errors ("CPU backend"). Capacity: `kv_capacity_tokens` over
-  // all sequences, in blocks of `kv_block_tokens`.
+  // all sequences, in blocks of `kv_block_tokens`; `share_prefixes`: KvBlockTable's
+  // copy-on-write prefix sharing.
   PagedBackend(std::string name, const ModelConfig& config, int kv_block_tokens, int kv_capacity_tokens,
-               int max_sequences);
+               int max_sequences, bool share_prefixes);
+
+  // Copies each block `from` whole to its `to` (copy-on-write of a shared block). Called
+  // with the lock held, so no pass is in flight.
+  virtual absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
 
   // Checks a step's chunks (at least one, each with tokens, distinct sequences that exist),
   // reserves room for their tokens and returns each sequence's length before them. On

@@ -112,6 +112,13 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   }
   HETERO_RETURN_IF_ERROR(backend.TruncateSequence(*kv.seq, static_cast<int>(task.reused_tokens)));
   kv.tokens.resize(task.reused_tokens);
+  const size_t reused_own = task.reused_tokens;
+  // Blocks other sessions encoded for the same next tokens (a shared system prompt), still
+  // leaving the last token to encode.
+  HETERO_ASSIGN_OR_RETURN(const int shared, backend.AttachCachedPrefix(*kv.seq, task.prompt_tokens,
+                                                                       static_cast<int>(task.prompt_tokens.size()) - 1));
+  task.reused_tokens += static_cast<size_t>(shared);
+  kv.tokens.assign(task.prompt_tokens.begin(), task.prompt_tokens.begin() + task.reused_tokens);
   const size_t encoded_here = task.prompt_tokens.size() - task.reused_tokens;
 
   std::string handoff;
@@ -122,12 +129,14 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
     job->max_tokens = 0;  // prefill only
     job->deadline = task.deadline;
     job->cancelled = task.cancelled;
-    DeviceWorker& worker = services.Worker(kv.device);
-    HETERO_RETURN_IF_ERROR(worker.Submit(job));
-    worker.Wait(job);
-    kv.tokens.insert(kv.tokens.end(), job->prefill_tokens.begin(),
-                     job->prefill_tokens.begin() + job->kv_tokens_appended);
-    if (!job->status.ok()) return absl::Status(job->status.code(), job->status.message());
+    if (!job->prefill_tokens.empty()) {  // else shared blocks held all of it
+      DeviceWorker& worker = services.Worker(kv.device);
+      HETERO_RETURN_IF_ERROR(worker.Submit(job));
+      worker.Wait(job);
+      kv.tokens.insert(kv.tokens.end(), job->prefill_tokens.begin(),
+                       job->prefill_tokens.begin() + job->kv_tokens_appended);
+      if (!job->status.ok()) return absl::Status(job->status.code(), job->status.message());
+    }
     task.reused_tokens = kv.tokens.size();  // Generate encodes only the last token
     const auto moved_at = Clock::now();
     if (MoveSessionKv(services, kv, generate_device)) {
@@ -157,7 +166,8 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   r.tokens_in = static_cast<int>(encoded_here);
   task.report.stages.push_back(r);
   task.report.prompt_tokens = static_cast<int>(task.prompt_tokens.size());
-  task.report.reused_prompt_tokens = static_cast<int>(common);
+  task.report.reused_prompt_tokens = static_cast<int>(reused_own);
+  task.report.shared_prompt_tokens = shared;
   return absl::OkStatus();
 }
 
