@@ -301,7 +301,9 @@ TEST(CpuBackendTest, SwapOutAndInPreservesTheCache) {
   EXPECT_THAT(b.SequenceLength(*c), StatusIs(absl::StatusCode::kNotFound));
   auto restored = b.SwapIn(*saved);
   ASSERT_TRUE(restored.ok());
-  EXPECT_EQ(b.kv_used_tokens(), 14);
+  // The restored copy attaches a's first block (the same 4 tokens) instead of copying it.
+  EXPECT_EQ(b.kv_used_tokens(), 14 - 4);
+  EXPECT_EQ(b.kv_cache_stats().shared_tokens, 4);
   const int32_t next = 3;
   const SequenceId sa = *a, sr = *restored;
   ASSERT_TRUE(b.Decode({&sa, 1}, {&next, 1}, absl::MakeSpan(logits)).ok());
@@ -314,6 +316,75 @@ TEST(CpuBackendTest, SwapOutAndInPreservesTheCache) {
   bad.tokens = saved->tokens;
   bad.data = *HostMemoryPool::Default()->Allocate(saved->data.size() - 1);  // one float short
   EXPECT_THAT(b.SwapIn(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Prefix sharing: a sequence that attaches another's KV blocks and encodes only the rest
+// gets the logits of a backend without sharing, both when it continues and after cutting
+// into a shared block (copy on write), and the owner of the blocks is unaffected.
+TEST(CpuBackendTest, SharedPrefixBlocksGiveTheLogitsOfAnUnsharedCache) {
+  testing::TinyModelOptions o;
+  o.weight_type = TensorType::kQ4_1;
+  auto model = Model::Load(testing::WriteTinyModel(o, "shared_prefix.gguf"));
+  ASSERT_TRUE(model.ok());
+  CpuBackendOptions options = TestOptions();
+  options.kv_block_tokens = 4;
+  auto shared_or = CpuBackend::Create(**model, options);
+  options.share_kv_prefixes = false;
+  auto plain_or = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(shared_or.ok() && plain_or.ok());
+  CpuBackend& shared = **shared_or;
+  CpuBackend& plain = **plain_or;
+  const int V = o.n_vocab;
+  const std::vector<int32_t> system = {3, 17, 29, 41, 5, 66, 71, 8, 93, 12, 54};  // 2 full blocks + 3
+  std::vector<int32_t> first = system, second = system;
+  for (int32_t t : {21, 33, 45, 57, 69}) first.push_back(t);
+  for (int32_t t : {22, 34, 46, 58, 70, 82}) second.push_back(t);
+  std::vector<float> got(V), want(V);
+
+  const SequenceId a = *shared.NewSequence();
+  ASSERT_TRUE(shared.Prefill(a, first, absl::MakeSpan(got)).ok());
+  const SequenceId b = *shared.NewSequence();
+  auto attached = shared.AttachCachedPrefix(b, second, static_cast<int>(second.size()) - 1);
+  ASSERT_TRUE(attached.ok());
+  EXPECT_EQ(*attached, 8);
+  ASSERT_TRUE(shared.Prefill(b, absl::MakeSpan(second).subspan(8), absl::MakeSpan(got)).ok());
+  const SequenceId pb = *plain.NewSequence();
+  ASSERT_TRUE(plain.Prefill(pb, second, absl::MakeSpan(want)).ok());
+  EXPECT_LE(RelativeL2(got, want), 1e-6);
+  const KvCacheStats stats = shared.kv_cache_stats();
+  EXPECT_EQ(stats.shared_tokens, 8);
+  EXPECT_EQ(stats.used_tokens, 16 + 17 - 8);
+  EXPECT_EQ(plain.kv_cache_stats().shared_tokens, 0);
+
+  // Cut b into its second (shared) block, then decode: b gets a copy of the block.
+  ASSERT_TRUE(shared.TruncateSequence(b, 6).ok());
+  ASSERT_TRUE(plain.TruncateSequence(pb, 6).ok());
+  EXPECT_EQ(shared.kv_cache_stats().shared_tokens, 4);
+  const int32_t next = 77;
+  ASSERT_TRUE(shared.Decode({&b, 1}, {&next, 1}, absl::MakeSpan(got)).ok());
+  ASSERT_TRUE(plain.Decode({&pb, 1}, {&next, 1}, absl::MakeSpan(want)).ok());
+  EXPECT_LE(RelativeL2(got, want), 1e-6);
+  // a still reads its own blocks.
+  const SequenceId pa = *plain.NewSequence();
+  ASSERT_TRUE(plain.Prefill(pa, first, absl::MakeSpan(want)).ok());
+  ASSERT_TRUE(shared.Decode({&a, 1}, {&next, 1}, absl::MakeSpan(got)).ok());
+  ASSERT_TRUE(plain.Decode({&pa, 1}, {&next, 1}, absl::MakeSpan(want)).ok());
+  EXPECT_LE(RelativeL2(got, want), 1e-6);
+
+  // Swapped out and in, a sequence keeps its token ids, so its blocks can be shared again.
+  auto saved = shared.SwapOut(a);
+  ASSERT_TRUE(saved.ok());
+  ASSERT_EQ(saved->token_ids.size(), first.size() + 1);
+  shared.FreeSequence(b);
+  EXPECT_EQ(shared.kv_used_tokens(), 0);
+  auto restored = shared.SwapIn(*saved);
+  ASSERT_TRUE(restored.ok());
+  const SequenceId c = *shared.NewSequence();
+  EXPECT_EQ(*shared.AttachCachedPrefix(c, first, static_cast<int>(first.size())), 16);
+  shared.FreeSequence(c);
+  shared.FreeSequence(*restored);
+  EXPECT_EQ(shared.kv_used_tokens(), 0);
+  EXPECT_EQ(shared.kv_cache_stats().shared_tokens, 0);
 }
 
 // The default DecodeGreedy (decode, then the first largest logit) on the CPU backend.

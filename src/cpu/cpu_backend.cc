@@ -152,22 +152,13 @@ absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
 absl::StatusOr<SequenceId> CpuBackend::SwapIn(const SavedSequence& saved) {
   HETERO_RETURN_IF_ERROR(SavedBlocks(saved).status());
   MutexLock lock(&mutex_);
-  if (kv_.live_sequences() >= max_sequences_) {
-    return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
-  }
-  const SequenceId seq = kv_.NewSequence();
-  absl::Status s = static_cast<int>(saved.token_ids.size()) == saved.tokens ? kv_.Reserve(seq, saved.token_ids)
-                                                                           : kv_.Reserve(seq, saved.tokens);
-  if (!s.ok()) {
-    kv_.FreeSequence(seq);
-    return s;
-  }
-  const std::vector<int32_t>& blocks = kv_.Blocks(seq);
-  for (size_t i = 0; i < blocks.size(); ++i) {
+  HETERO_ASSIGN_OR_RETURN(const SwapInTarget target, NewSequenceFor(saved));
+  const std::vector<int32_t>& blocks = kv_.Blocks(target.seq);
+  for (size_t i = target.first_block_to_copy; i < blocks.size(); ++i) {
     std::copy_n(saved.data.data() + i * kv_block_floats_, kv_block_floats_, KvBlock(blocks[i]));
   }
-  kv_.Advance(seq, saved.tokens);
-  return seq;
+  kv_.Advance(target.seq, saved.tokens - target.attached_tokens);
+  return target.seq;
 }
 
 absl::Status CpuBackend::CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) {

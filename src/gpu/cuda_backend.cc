@@ -242,33 +242,29 @@ absl::StatusOr<SavedSequence> CudaBackend::SwapOut(SequenceId seq) {
 
 absl::StatusOr<SequenceId> CudaBackend::SwapIn(const SavedSequence& saved) {
   HETERO_RETURN_IF_ERROR(SavedBlocks(saved).status());
-  SequenceId seq;
+  SwapInTarget target;
   std::vector<int32_t> blocks;
   {
     MutexLock lock(&mutex_);
-    if (kv_.live_sequences() >= max_sequences_) {
-      return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
-    }
-    seq = kv_.NewSequence();
-    absl::Status s = static_cast<int>(saved.token_ids.size()) == saved.tokens ? kv_.Reserve(seq, saved.token_ids)
-                                                                             : kv_.Reserve(seq, saved.tokens);
-    if (!s.ok()) {
-      kv_.FreeSequence(seq);
-      return s;
-    }
-    blocks = kv_.Blocks(seq);
+    HETERO_ASSIGN_OR_RETURN(target, NewSequenceFor(saved));
+    const std::vector<int32_t>& all = kv_.Blocks(target.seq);
+    blocks.assign(all.begin() + static_cast<ptrdiff_t>(target.first_block_to_copy), all.end());
   }
-  char message[512] = {};
-  absl::Status s = ModuleStatus(api_->copy_kv(device_model_, 0, blocks.data(), static_cast<int32_t>(blocks.size()),
-                                              const_cast<float*>(saved.data.data()), message, sizeof message),
-                                "copying KV to the device", message);
+  absl::Status s;
+  if (!blocks.empty()) {  // else shared blocks still on the device held all of it
+    char message[512] = {};
+    s = ModuleStatus(api_->copy_kv(device_model_, 0, blocks.data(), static_cast<int32_t>(blocks.size()),
+                                   const_cast<float*>(saved.data.data()) + target.first_block_to_copy * kv_block_floats_,
+                                   message, sizeof message),
+                     "copying KV to the device", message);
+  }
   MutexLock lock(&mutex_);
   if (!s.ok()) {
-    kv_.FreeSequence(seq);
+    kv_.FreeSequence(target.seq);
     return s;
   }
-  kv_.Advance(seq, saved.tokens);
-  return seq;
+  kv_.Advance(target.seq, saved.tokens - target.attached_tokens);
+  return target.seq;
 }
 
 // Copy-on-write is rare (a session's turn cutting into a block other sessions share: at

@@ -138,4 +138,25 @@ absl::StatusOr<size_t> PagedBackend::SavedBlocks(const SavedSequence& saved) con
   return blocks;
 }
 
+absl::StatusOr<PagedBackend::SwapInTarget> PagedBackend::NewSequenceFor(const SavedSequence& saved) {
+  if (kv_.live_sequences() >= max_sequences_) {
+    return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
+  }
+  SwapInTarget target;
+  target.seq = kv_.NewSequence();
+  absl::Status s;
+  if (static_cast<int>(saved.token_ids.size()) == saved.tokens) {
+    target.attached_tokens = kv_.AttachCachedPrefix(target.seq, saved.token_ids, saved.tokens);
+    s = kv_.Reserve(target.seq, absl::MakeConstSpan(saved.token_ids).subspan(static_cast<size_t>(target.attached_tokens)));
+  } else {
+    s = kv_.Reserve(target.seq, saved.tokens);
+  }
+  if (!s.ok()) {
+    kv_.FreeSequence(target.seq);
+    return s;
+  }
+  target.first_block_to_copy = static_cast<size_t>(target.attached_tokens / kv_block_tokens_);
+  return target;
+}
+
 }  // namespace hetero

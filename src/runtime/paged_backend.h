@@ -53,6 +53,16 @@ class PagedBackend : public Backend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The blocks SwapIn needs for `saved`, after checking it has this layout's size.
   absl::StatusOr<size_t> SavedBlocks(const SavedSequence& saved) const;
+  // SwapIn's sequence: shared blocks still cached for `saved`'s first tokens (when its ids
+  // are known) are attached, room is reserved for the rest. Returns the sequence and how
+  // many of `saved`'s blocks it already holds: the caller copies the others in, then
+  // advances the sequence by the tokens not attached.
+  struct SwapInTarget {
+    SequenceId seq;
+    int attached_tokens = 0;
+    size_t first_block_to_copy = 0;
+  };
+  absl::StatusOr<SwapInTarget> NewSequenceFor(const SavedSequence& saved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string name_;
   const int kv_block_tokens_;
