@@ -7,6 +7,7 @@
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
 //   hetero-bench --route DATASET.jsonl [--layers N] [-t T] [-r R] [--json]   router accuracy, latency
 //   hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   bounded soak (agent loop)
+//   hetero-bench --prefix-sharing [--sessions N] [-n TOKENS] [-t T] [-r R] [--json]   shared system prompts
 //   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
 //                                             tool-use tasks per scheduler policy: solved,
 //                                             PPT, latency, joules per task, tokens per joule
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "examples/agentic_bench.h"
+#include "examples/prefix_bench.h"
 #include "examples/route_bench.h"
 #include "examples/soak_bench.h"
 
@@ -226,6 +228,7 @@ int main(int argc, char** argv) {
   int soak_seconds = 0;
   std::string route_dataset;
   int route_layers = 0;
+  bool prefix_sharing = false;
   bool threads_given = false, reps_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -285,6 +288,8 @@ int main(int argc, char** argv) {
       route_dataset = argv[++i];
     } else if (a == "--layers") {
       next_int(route_layers);
+    } else if (a == "--prefix-sharing") {
+      prefix_sharing = true;
     } else if (a == "--soak") {
       next_int(soak_seconds);
       if (soak_seconds < 1) return Fail("--soak needs a duration of at least 1 second");
@@ -297,7 +302,8 @@ int main(int argc, char** argv) {
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl] [--json] [--plot FILE.svg]\n"
                   "       hetero-bench --route DATASET.jsonl [--layers N] [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
-                  "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n");
+                  "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n"
+                  "       hetero-bench --prefix-sharing [--sessions N] [-n TOKENS] [-t T] [-r REPS] [--json]   (shared system prompts)\n");
       return 0;
     } else {
       return Fail("unknown option '" + a + "' (try --help)");
@@ -312,6 +318,16 @@ int main(int argc, char** argv) {
     route.layers = route_layers;
     route.json = json;
     return hetero::bench::RunRouteBench(route);
+  }
+  if (prefix_sharing) {
+    hetero::bench::PrefixBenchOptions prefix;
+    prefix.model = model_path;
+    if (sessions > 0) prefix.sessions = sessions;
+    if (gen_given) prefix.max_tokens = gen;
+    prefix.threads = threads_given ? threads : 1;
+    if (reps_given) prefix.repetitions = reps;
+    prefix.json = json;
+    return hetero::bench::RunPrefixBench(prefix);
   }
   if (soak_seconds > 0) {
     hetero::bench::SoakOptions soak;

@@ -128,9 +128,12 @@ void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tole
 // The default mode quantizes activations to int8 per 32 values for decode (as llama.cpp
 // does) and rounds weights and activations to bf16 for long prompts; bf16 rounding of the
 // default model's weights alone moves its logits by up to ~1%, and the order of float sums
-// decides the rest (measured: docs/PERFORMANCE.md). These modes are held to 3e-2 (bf16) and
-// 6e-2 (int8 activations), and to the reference's greedy choices wherever the reference
-// itself leads by at least 0.3 logits.
+// decides the rest (measured: docs/PERFORMANCE.md). With int8 activations that order
+// matters a lot: a sum rounded differently flips an activation's int8 level, and the flips
+// compound over 30 layers. Over the VNNI, AVX2 and attention summation orders measured
+// (2026-11-30) the three default prompts scored 0.020 to 0.072. These modes are held to
+// 3e-2 (bf16) and 8e-2 (int8 activations; a wrong kernel scores near 1), and to the
+// reference's greedy choices wherever the reference itself leads by at least 0.3 logits.
 struct Mode {
   CpuPrecision precision;
   double tiny_tolerance;
@@ -192,7 +195,7 @@ TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
 INSTANTIATE_TEST_SUITE_P(Precisions, ReferenceTest,
                          ::testing::Values(Mode{CpuPrecision::kF32, 1e-4, 1e-4, 0.0},
                                            Mode{CpuPrecision::kBf16, 1e-2, 3e-2, 0.3},
-                                           Mode{CpuPrecision::kAuto, 1e-2, 6e-2, 0.3}),
+                                           Mode{CpuPrecision::kAuto, 1e-2, 8e-2, 0.3}),
                          [](const auto& info) {
                            switch (info.param.precision) {
                              case CpuPrecision::kF32: return "F32";
@@ -318,6 +321,30 @@ TEST(CpuBackendTest, SwapOutAndInPreservesTheCache) {
   EXPECT_THAT(b.SwapIn(bad), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// The default mode's results do not depend on how a prompt is split into passes: its
+// quantized matmuls and its attention compute each row alone, in a fixed order. Prefix
+// sharing (a prompt's tail encoded after attaching blocks) and chunked prefill rely on it.
+TEST(CpuBackendTest, PromptSplitIntoPassesGivesBitIdenticalLogits) {
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
+  auto model = Model::Load(kDefaultModelPath);
+  ASSERT_TRUE(model.ok());
+  auto backend = CpuBackend::Create(**model, TestOptions());
+  ASSERT_TRUE(backend.ok());
+  CpuBackend& b = **backend;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 200; ++i) prompt.push_back(100 + (i * 37) % 3000);
+  std::vector<float> whole(b.vocab_size()), split(b.vocab_size());
+  const SequenceId one_pass = *b.NewSequence();
+  ASSERT_TRUE(b.Prefill(one_pass, prompt, absl::MakeSpan(whole)).ok());
+  for (size_t cut : {192u, 199u, 100u, 7u}) {  // a block boundary, a last lone row, halves
+    const SequenceId s = *b.NewSequence();
+    ASSERT_TRUE(b.Prefill(s, absl::MakeSpan(prompt).subspan(0, cut), absl::MakeSpan(split)).ok());
+    ASSERT_TRUE(b.Prefill(s, absl::MakeSpan(prompt).subspan(cut), absl::MakeSpan(split)).ok());
+    EXPECT_EQ(split, whole) << "split after " << cut << " tokens";
+    b.FreeSequence(s);
+  }
+}
+
 // Prefix sharing: a sequence that attaches another's KV blocks and encodes only the rest
 // gets the logits of a backend without sharing, both when it continues and after cutting
 // into a shared block (copy on write), and the owner of the blocks is unaffected.
@@ -350,7 +377,7 @@ TEST(CpuBackendTest, SharedPrefixBlocksGiveTheLogitsOfAnUnsharedCache) {
   ASSERT_TRUE(shared.Prefill(b, absl::MakeSpan(second).subspan(8), absl::MakeSpan(got)).ok());
   const SequenceId pb = *plain.NewSequence();
   ASSERT_TRUE(plain.Prefill(pb, second, absl::MakeSpan(want)).ok());
-  EXPECT_LE(RelativeL2(got, want), 1e-6);
+  EXPECT_EQ(got, want);
   const KvCacheStats stats = shared.kv_cache_stats();
   EXPECT_EQ(stats.shared_tokens, 8);
   EXPECT_EQ(stats.used_tokens, 16 + 17 - 8);
@@ -363,13 +390,13 @@ TEST(CpuBackendTest, SharedPrefixBlocksGiveTheLogitsOfAnUnsharedCache) {
   const int32_t next = 77;
   ASSERT_TRUE(shared.Decode({&b, 1}, {&next, 1}, absl::MakeSpan(got)).ok());
   ASSERT_TRUE(plain.Decode({&pb, 1}, {&next, 1}, absl::MakeSpan(want)).ok());
-  EXPECT_LE(RelativeL2(got, want), 1e-6);
+  EXPECT_EQ(got, want);
   // a still reads its own blocks.
   const SequenceId pa = *plain.NewSequence();
   ASSERT_TRUE(plain.Prefill(pa, first, absl::MakeSpan(want)).ok());
   ASSERT_TRUE(shared.Decode({&a, 1}, {&next, 1}, absl::MakeSpan(got)).ok());
   ASSERT_TRUE(plain.Decode({&pa, 1}, {&next, 1}, absl::MakeSpan(want)).ok());
-  EXPECT_LE(RelativeL2(got, want), 1e-6);
+  EXPECT_EQ(got, want);
 
   // Swapped out and in, a sequence keeps its token ids, so its blocks can be shared again.
   auto saved = shared.SwapOut(a);

@@ -1,18 +1,18 @@
-// Causal grouped-query attention over the paged KV cache, in f32.
-//  - Prompt rows of one sequence (many queries): per head, scores = Q K^T and out = P V as
-//    oneDNN matmuls (primitives with run-time sizes, created once), softmax by oneDNN.
-//  - Single queries (decode): per row and head, vectorized dot products over the blocks.
+// Causal grouped-query attention over the paged KV cache, in f32: every row (prompt rows
+// and decode steps alike) by the same per-row kernel (attention_kernels.h), the rows spread
+// over the OpenMP threads. A row's result depends only on its query and its sequence's
+// keys, never on which other rows share the pass, so a prompt encoded in one pass, in
+// chunks, or after attaching shared KV blocks gives bit-identical outputs (with the native
+// quantized matmuls, whose rows are independent too). This replaced oneDNN matmuls for
+// prompt chunks, whose summation order changed with the chunk's row count; the per-row
+// kernel was also faster at every prompt length measured (docs/PERFORMANCE.md).
 #ifndef HETERO_CPU_ATTENTION_H_
 #define HETERO_CPU_ATTENTION_H_
 
 #include <cstdint>
 #include <vector>
 
-#include <oneapi/dnnl/dnnl.hpp>
-
-#include "absl/status/status.h"
 #include "src/cpu/attention_kernels.h"
-#include "src/cpu/linear.h"
 
 namespace hetero {
 
@@ -32,28 +32,17 @@ struct SequenceKv {
 
 class Attention {
  public:
-  Attention(const LinearContext& ctx, const AttentionShape& shape);
+  explicit Attention(const AttentionShape& shape) : s_(shape) {}
 
   // q: rows x (n_heads * head_dim); out: same shape. Row r attends to positions
-  // 0..positions[r] of kv[r]. Rows that share a sequence must be consecutive.
-  absl::Status Run(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
-                   float* out);
+  // 0..positions[r] of kv[r].
+  void Run(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
+           float* out) const;
 
  private:
-  absl::Status RunPrompt(const float* q, int rows, int first_position, const SequenceKv& kv, float* out);
-  void RunSingle(const float* q, int position, const SequenceKv& kv, float* out) const;
+  void RunRow(const float* q, int position, const SequenceKv& kv, float* out) const;
 
-  const LinearContext& ctx_;
   AttentionShape s_;
-  dnnl::matmul scores_;   // [rows, hd] x [hd, keys] -> [rows, keys], scaled by 1/sqrt(hd)
-  dnnl::matmul mix_;      // [rows, keys] x [keys, hd] -> [rows, hd] (strided into the output)
-  // Softmax over [rows, keys] is created per shape; the last one is kept (a prompt's layers
-  // all share one shape).
-  dnnl::softmax_forward softmax_;
-  int softmax_rows_ = -1;
-  int softmax_keys_ = -1;
-  // Scratch reused across calls.
-  std::vector<float> keys_, values_, probs_;
 };
 
 }  // namespace hetero

@@ -93,11 +93,7 @@ absl::Status CpuBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));
   }
   rope_ = std::make_unique<Rope>(c, std::move(freq_factors));
-  try {
-    attention_ = std::make_unique<Attention>(dnnl_, AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim, options_.kv_block_tokens});
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN attention setup: ", e.what()));
-  }
+  attention_ = std::make_unique<Attention>(AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim, options_.kv_block_tokens});
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = absl::StrCat("blk.", i, ".");
@@ -251,7 +247,7 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
       if (r == 0 || rows[r].seq != rows[r - 1].seq) ++i;
       row_kv[r] = &seq_kv[i];
     }
-    HETERO_RETURN_IF_ERROR(attention_->Run(w.q.data(), T, positions.data(), row_kv, w.att.data()));
+    attention_->Run(w.q.data(), T, positions.data(), row_kv, w.att.data());
     HETERO_RETURN_IF_ERROR(layer.o->Forward(w.att.data(), T, w.tmp.data(), w.scratch));
     AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
     // Feed-forward block (SwiGLU).

@@ -116,7 +116,7 @@ class CpuBackend : public PagedBackend {
   std::unique_ptr<Linear> output_;
   const GgufTensorInfo* token_embd_ = nullptr;
   std::unique_ptr<Rope> rope_;
-  std::unique_ptr<Attention> attention_;  // holds scratch: used under mutex_
+  std::unique_ptr<Attention> attention_;
 
   std::vector<std::unique_ptr<float[]>> kv_blocks_ ABSL_GUARDED_BY(mutex_);
   // Work buffers, reused across calls.
