@@ -273,7 +273,10 @@ HETERO_C_API const char* hetero_result_text(const hetero_result* result);
 /* The task report as a JSON object: stages (stage, device, start_ms, end_ms, tokens_in,
  * tokens_out, reason, joules, idle_joules, joules_estimated), tool_calls (round, name,
  * arguments, outcome, detail, result_bytes, truncated, ms, duplicate), prompt_tokens,
- * reused_prompt_tokens, generated_tokens, time_to_first_token_ms, total_ms, stop_reason,
+ * reused_prompt_tokens, shared_prompt_tokens (from KV blocks other sessions encoded),
+ * route, route_action, route_score, route_runner_up, route_runner_up_score, refused_by
+ * (the Understand gate's decision; empty without one), generated_tokens,
+ * time_to_first_token_ms, total_ms, stop_reason,
  * tool_format, constraint_ms, constraint_masked_steps, joules, tokens_per_joule,
  * energy_estimated, energy_sources. "{}" for NULL. */
 HETERO_C_API const char* hetero_result_report_json(const hetero_result* result);

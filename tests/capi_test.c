@@ -290,6 +290,8 @@ static void test_runs(const char* model) {
     CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"understand\"") != NULL);
     CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"generate\"") != NULL);
     CHECK(strstr(hetero_result_report_json(result), "\"reason\":\"c-policy generate\"") != NULL);
+    CHECK(strstr(hetero_result_report_json(result), "\"shared_prompt_tokens\":0") != NULL); /* first session */
+    CHECK(strstr(hetero_result_report_json(result), "\"route\":\"\"") != NULL);            /* no router */
     hetero_result_destroy(result);
   }
   CHECK(policy.calls[HETERO_STAGE_UNDERSTAND] >= 1 && policy.calls[HETERO_STAGE_GENERATE] >= 1);
