@@ -54,9 +54,10 @@ std::unique_ptr<CpuBackend> CpuReference(const Model& model) {
   return b.ok() ? std::move(*b) : nullptr;
 }
 
-std::unique_ptr<CudaBackend> Gpu(const Model& model, int max_rows = 512) {
+std::unique_ptr<CudaBackend> Gpu(const Model& model, int max_rows = 512, bool share_kv_prefixes = true) {
   CudaBackendOptions options;
   options.max_rows_per_pass = max_rows;
+  options.share_kv_prefixes = share_kv_prefixes;
   options.kv_capacity_tokens = 8192;
   options.max_sequences = 128;
   auto b = CudaBackend::Create(model, options);
@@ -325,6 +326,55 @@ TEST_F(CudaDefaultModelTest, SwapsRunBesideOtherSequencesDecoding) {
   std::vector<float> b_after(V);
   ASSERT_TRUE(gpu->Decode({&b, 1}, {&b_next, 1}, absl::MakeSpan(b_after)).ok());
   EXPECT_EQ(b_after, b_before);  // the same bytes in the same blocks layout: identical logits
+}
+
+// Prefix sharing on the device: a sequence attaching another's blocks, then cutting into
+// a shared block (copy on write through host memory), gives the logits of a backend that
+// shares nothing, and the blocks' owner is unaffected. Tolerances: cuBLAS may sum in
+// another order for another row count.
+TEST_F(CudaDefaultModelTest, SharedPrefixBlocksAndCopyOnWrite) {
+  auto gpu = Gpu(*model_);
+  auto plain = Gpu(*model_, 512, /*share_kv_prefixes=*/false);
+  ASSERT_TRUE(gpu && plain);
+  const int V = gpu->vocab_size();
+  const std::vector<int32_t> first = RandomTokens(300, V, 21);
+  std::vector<int32_t> second(first.begin(), first.begin() + 200);
+  for (int32_t t : RandomTokens(50, V, 22)) second.push_back(t);
+  std::vector<float> got(V), want(V);
+  const SequenceId a = *gpu->NewSequence();
+  ASSERT_TRUE(gpu->Prefill(a, first, absl::MakeSpan(got)).ok());
+  const SequenceId b = *gpu->NewSequence();
+  auto attached = gpu->AttachCachedPrefix(b, second, static_cast<int>(second.size()) - 1);
+  ASSERT_TRUE(attached.ok()) << attached.status();
+  EXPECT_EQ(*attached, 192);  // 12 whole blocks before the first difference at 200
+  ASSERT_TRUE(gpu->Prefill(b, absl::MakeSpan(second).subspan(192), absl::MakeSpan(got)).ok());
+  const SequenceId pb = *plain->NewSequence();
+  ASSERT_TRUE(plain->Prefill(pb, second, absl::MakeSpan(want)).ok());
+  EXPECT_LE(RelativeL2(got, want), 2e-3);
+  EXPECT_EQ(Argmax(got), Argmax(want));
+  EXPECT_EQ(gpu->kv_cache_stats().shared_tokens, 192);
+  EXPECT_EQ(gpu->kv_used_tokens(), 300 + 250 - 192);
+  // Cut b inside its 7th (shared) block and decode: b writes its own copy of the block.
+  ASSERT_TRUE(gpu->TruncateSequence(b, 100).ok());
+  ASSERT_TRUE(plain->TruncateSequence(pb, 100).ok());
+  EXPECT_EQ(gpu->kv_cache_stats().shared_tokens, 96);
+  const int32_t next = second[100];
+  ASSERT_TRUE(gpu->Decode({&b, 1}, {&next, 1}, absl::MakeSpan(got)).ok());
+  ASSERT_TRUE(plain->Decode({&pb, 1}, {&next, 1}, absl::MakeSpan(want)).ok());
+  EXPECT_LE(RelativeL2(got, want), 2e-3);
+  EXPECT_EQ(Argmax(got), Argmax(want));
+  // a still reads what it wrote.
+  const SequenceId pa = *plain->NewSequence();
+  ASSERT_TRUE(plain->Prefill(pa, first, absl::MakeSpan(want)).ok());
+  const int32_t a_next = 77;
+  ASSERT_TRUE(gpu->Decode({&a, 1}, {&a_next, 1}, absl::MakeSpan(got)).ok());
+  ASSERT_TRUE(plain->Decode({&pa, 1}, {&a_next, 1}, absl::MakeSpan(want)).ok());
+  EXPECT_LE(RelativeL2(got, want), 2e-3);
+  EXPECT_EQ(Argmax(got), Argmax(want));
+  gpu->FreeSequence(a);
+  gpu->FreeSequence(b);
+  EXPECT_EQ(gpu->kv_used_tokens(), 0);
+  EXPECT_EQ(gpu->kv_cache_stats().shared_tokens, 0);
 }
 
 // Places Generate (and so the session's KV) on the device set before each turn.
