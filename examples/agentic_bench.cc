@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "examples/intents.h"
 #include "examples/tools/tool_suite.h"
 #include "hetero/engine.h"
 #include "hetero/router.h"
@@ -57,25 +57,16 @@ struct LabelledLines {
 };
 
 absl::StatusOr<LabelledLines> LoadRoutes(const std::string& path, int refusal_tasks) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the router set '", path, "'"));
-  std::map<std::string, std::vector<std::string>> exemplars;
+  absl::StatusOr<std::vector<IntentLine>> loaded = LoadIntentLines(path);
+  if (!loaded.ok()) return loaded.status();
+  const std::vector<IntentLine>& lines = *loaded;
   std::vector<std::string> unsafe, out_of_scope;
-  std::string raw;
-  for (int n = 1; std::getline(in, raw); ++n) {
-    if (raw.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string() || !j.contains("intent") ||
-        !j["intent"].is_string() || !j.contains("split") || !j["split"].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", n, ": expected {\"text\", \"intent\", \"split\"} strings"));
-    }
-    const std::string text = j["text"], intent = j["intent"], split = j["split"];
-    if (split == "exemplar") exemplars[intent].push_back(text);
-    if (split == "test" && intent == "unsafe") unsafe.push_back(text);
-    if (split == "test" && intent == "out_of_scope") out_of_scope.push_back(text);
+  for (const IntentLine& l : lines) {
+    if (l.split == "test" && l.intent == "unsafe") unsafe.push_back(l.text);
+    if (l.split == "test" && l.intent == "out_of_scope") out_of_scope.push_back(l.text);
   }
   LabelledLines out;
-  for (const auto& [intent, examples] : exemplars) out.routes.push_back({intent, examples, ActionOf(intent)});
+  out.routes = ExemplarRoutes(lines, ActionOf);
   for (size_t i = 0; static_cast<int>(out.refusal_tasks.size()) < refusal_tasks &&
                      (i < unsafe.size() || i < out_of_scope.size());
        ++i) {
@@ -85,7 +76,6 @@ absl::StatusOr<LabelledLines> LoadRoutes(const std::string& path, int refusal_ta
       }
     }
   }
-  if (out.routes.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no exemplar lines"));
   return out;
 }
 

@@ -5,7 +5,7 @@
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
-//   hetero-bench --route DATASET.jsonl [--layers N] [-t T] [-r R] [--json]   router accuracy, latency
+//   hetero-bench --route DATASET.jsonl [--layers N|auto] [-t T] [-r R] [--json]   router accuracy, latency
 //   hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   bounded soak (agent loop)
 //   hetero-bench --prefix-sharing [--sessions N] [-n TOKENS] [-t T] [-r R] [--json]   shared system prompts
 //   hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--json] [--plot FILE.svg]
@@ -287,7 +287,12 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) return Fail("--route needs a dataset such as tests/data/intents.jsonl");
       route_dataset = argv[++i];
     } else if (a == "--layers") {
-      next_int(route_layers);
+      if (i + 1 < argc && std::string(argv[i + 1]) == "auto") {
+        route_layers = -1;  // chosen by leave-one-out on the exemplars
+        ++i;
+      } else {
+        next_int(route_layers);
+      }
     } else if (a == "--prefix-sharing") {
       prefix_sharing = true;
     } else if (a == "--soak") {
@@ -301,7 +306,7 @@ int main(int argc, char** argv) {
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl] [--json] [--plot FILE.svg]\n"
-                  "       hetero-bench --route DATASET.jsonl [--layers N] [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
+                  "       hetero-bench --route DATASET.jsonl [--layers N|auto] [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
                   "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n"
                   "       hetero-bench --prefix-sharing [--sessions N] [-n TOKENS] [-t T] [-r REPS] [--json]   (shared system prompts)\n");
       return 0;

@@ -4,17 +4,18 @@
 // last token, centring on or off): accuracy on the held-out lines, per intent for the
 // default one. Then the decision latency of a 32-token query (embedding and scoring),
 // median of --reps runs, with the engine's threads (-t, default 1). --layers N embeds with
-// the first N layers only (EmbedOptions::layers).
+// the first N layers only (EmbedOptions::layers); --layers auto chooses N by leave-one-out
+// accuracy on the exemplars (never on the held-out lines).
 #include "examples/route_bench.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "examples/intents.h"
 #include "hetero/engine.h"
 #include "hetero/model.h"
 #include "hetero/router.h"
@@ -24,10 +25,6 @@
 namespace hetero::bench {
 namespace {
 
-struct Line {
-  std::string text, intent, split;
-};
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   return 1;
@@ -36,37 +33,53 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int RunRouteBench(const RouteBenchOptions& o) {
-  std::ifstream in(o.dataset);
-  if (!in) return Fail("cannot read the dataset '" + o.dataset + "'");
-  std::vector<Line> lines;
-  std::string raw;
-  for (int n = 1; std::getline(in, raw); ++n) {
-    if (raw.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(raw, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j.contains("intent") || !j.contains("split") ||
-        !j["text"].is_string() || !j["intent"].is_string() || !j["split"].is_string()) {
-      return Fail(o.dataset + ":" + std::to_string(n) + ": expected {\"text\", \"intent\", \"split\"} strings");
-    }
-    lines.push_back({j["text"], j["intent"], j["split"]});
-  }
-  std::map<std::string, std::vector<std::string>> exemplars;
-  std::vector<const Line*> tests;
-  for (const Line& l : lines) {
-    if (l.split == "exemplar") exemplars[l.intent].push_back(l.text);
+  absl::StatusOr<std::vector<IntentLine>> loaded = LoadIntentLines(o.dataset);
+  if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+  const std::vector<IntentLine>& lines = *loaded;
+  std::vector<const IntentLine*> tests;
+  for (const IntentLine& l : lines) {
     if (l.split == "test") tests.push_back(&l);
   }
-  if (exemplars.empty() || tests.empty()) return Fail("the dataset needs exemplar and test lines");
+  if (tests.empty()) return Fail("the dataset needs test lines");
   EngineOptions engine_options;
   engine_options.threads = o.threads;
   engine_options.measure_energy = false;
   auto engine = Engine::Create(o.model, engine_options);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
-  std::vector<Route> routes;
-  for (const auto& [intent, examples] : exemplars) routes.push_back({intent, examples, "generate"});
+  const std::vector<Route> routes = ExemplarRoutes(lines, [](const std::string&) { return std::string("generate"); });
   std::vector<std::string> queries;
-  for (const Line* l : tests) queries.push_back(l->text);
+  for (const IntentLine* l : tests) queries.push_back(l->text);
+  int layers = o.layers;
+  nlohmann::json layer_report = nlohmann::json::array();
+  if (layers < 0) {
+    // The depth is chosen on the exemplars alone; the held-out accuracy of every candidate
+    // is printed beside it for information, never used to choose.
+    const std::vector<int> candidates = {3, 6, 9, 12, 15, 18, 21, 24, 27, 0};
+    auto scores = SemanticRouter::CrossValidateLayers(**engine, routes, candidates);
+    if (!scores.ok()) return Fail(std::string(scores.status().message()));
+    layers = SemanticRouter::BestLayers(*scores);
+    if (!o.json) std::printf("layers   leave-one-out on exemplars   held-out (not used to choose)\n");
+    for (const LayerScore& s : *scores) {
+      RouterOptions ro;
+      ro.layers = s.layers;
+      auto router = SemanticRouter::Create(**engine, routes, ro);
+      if (!router.ok()) return Fail(std::string(router.status().message()));
+      auto decisions = (*router)->DecideAll(queries);
+      if (!decisions.ok()) return Fail(std::string(decisions.status().message()));
+      int correct = 0;
+      for (size_t i = 0; i < tests.size(); ++i) correct += (*decisions)[i].best == tests[i]->intent;
+      const double held_out = static_cast<double>(correct) / static_cast<double>(tests.size());
+      layer_report.push_back({{"layers", s.layers}, {"leave_one_out", s.accuracy()}, {"held_out", held_out}});
+      if (!o.json) {
+        std::printf("%6s   %5.1f%% (%2d of %2d)%s       %5.1f%%\n", s.layers == 0 ? "all" : std::to_string(s.layers).c_str(),
+                    100 * s.accuracy(), s.correct, s.total, s.layers == layers ? " <-" : "   ", 100 * held_out);
+      }
+    }
+    if (!o.json) std::printf("chosen: %s layers\n", layers == 0 ? "all" : std::to_string(layers).c_str());
+  }
 
   nlohmann::json report = {{"dataset", o.dataset}, {"test_lines", tests.size()}, {"routes", routes.size()}};
+  if (!layer_report.empty()) report["layer_choice"] = layer_report;
   struct Config {
     const char* name;
     EmbeddingPooling pooling;
@@ -79,7 +92,7 @@ int RunRouteBench(const RouteBenchOptions& o) {
   std::map<std::string, std::pair<int, int>> per_intent;  // default configuration
   for (const Config& c : configs) {
     RouterOptions ro;
-    ro.layers = o.layers;
+    ro.layers = layers;
     ro.pooling = c.pooling;
     ro.center = c.center;
     auto router = SemanticRouter::Create(**engine, routes, ro);
@@ -110,13 +123,13 @@ int RunRouteBench(const RouteBenchOptions& o) {
   auto tokenizer = model.ok() ? Tokenizer::Create(**model) : model.status();
   if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
   std::string joined;
-  for (const Line* l : tests) joined += l->text + " ";
+  for (const IntentLine* l : tests) joined += l->text + " ";
   std::vector<int32_t> ids = *(*tokenizer)->Encode(joined, false, false);
   ids.resize(32);
   const std::string query = *(*tokenizer)->Decode(ids);
   const int query_tokens = static_cast<int>((*tokenizer)->Encode(query, false, false)->size());
   RouterOptions latency_options;
-  latency_options.layers = o.layers;
+  latency_options.layers = layers;
   auto router = SemanticRouter::Create(**engine, routes, latency_options);
   if (!router.ok()) return Fail(std::string(router.status().message()));
   std::vector<double> ms;
@@ -130,7 +143,7 @@ int RunRouteBench(const RouteBenchOptions& o) {
   report["decision_ms_median"] = median;
   report["decision_query_tokens"] = query_tokens;
   report["threads"] = o.threads;
-  report["layers"] = o.layers;
+  report["layers"] = layers;
   if (o.json) {
     std::printf("%s\n", report.dump(2).c_str());
   } else {

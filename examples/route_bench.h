@@ -11,7 +11,8 @@ struct RouteBenchOptions {
   std::string model;
   int threads = 1;
   int repetitions = 21;  // latency samples of the 32-token query
-  int layers = 0;        // EmbedOptions::layers (0: all)
+  int layers = 0;        // EmbedOptions::layers (0: all); -1: chosen by leave-one-out
+                         // on the exemplars (SemanticRouter::CrossValidateLayers)
   bool json = false;
 };
 

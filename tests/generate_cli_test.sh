@@ -90,7 +90,8 @@ assert off["tasks"] == on["tasks"] == 2 and off["errors"] == on["errors"] == 0
 assert off["without_generate"] == 0, off
 assert on["without_generate"] == 1, on  # the unsafe request, refused before Generate
 ' "$tmp/routed.json"
-expect_error agentic_router "cannot read the router set" "$bench" --agentic tests/data/tool_suite.jsonl --limit 1 --router /no/such.jsonl
+expect_error agentic_router "cannot read the labelled set" "$bench" --agentic tests/data/tool_suite.jsonl --limit 1 --router /no/such.jsonl
+expect_error route_missing "cannot read the labelled set" "$bench" --route /no/such.jsonl --layers auto
 expect_error agentic_missing "cannot read the suite" "$bench" --agentic /no/such/suite.jsonl
 expect_error agentic_policy "unknown scheduler" "$bench" --agentic tests/data/tool_suite.jsonl --limit 1 --policy bogus
 exit $fail

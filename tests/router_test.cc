@@ -1,6 +1,7 @@
 // SemanticRouter on the default model: a query equal to an example routes to its route with
 // score ~1 and names a runner-up; a threshold above every score falls back to the default
-// route (keeping the best route for the report); bad routes and queries are refused by name.
+// route (keeping the best route for the report); bad routes and queries are refused by name;
+// leave-one-out cross-validation of the embedding depth on the examples.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/engine.h"
@@ -96,6 +97,44 @@ TEST_F(RouterTest, RefusesBadRoutesAndQueries) {
   EmbedOptions negative;
   negative.layers = -1;
   EXPECT_THAT(engine_->Embed({"x"}, negative), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Leave-one-out on the examples: a held-out example is routed by the others alone.
+TEST_F(RouterTest, CrossValidationRoutesEachExampleByTheOthers) {
+  // Twins: each held-out example has an identical one left in its own route (cosine 1), so
+  // every one routes right; "chat" has a single example and is not a query.
+  const std::vector<Route> twins = {{"math", {"What is 12 times 7?", "What is 12 times 7?"}, "generate"},
+                                    {"travel", {"Book me a flight to Paris.", "Book me a flight to Paris."}, "generate"},
+                                    {"chat", {"Hello, how are you today?"}, "generate"}};
+  auto scores = SemanticRouter::CrossValidateLayers(*engine_, twins, {0, 4});
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  ASSERT_EQ(scores->size(), 2u);
+  EXPECT_EQ((*scores)[0].layers, 0);
+  EXPECT_EQ((*scores)[1].layers, 4);
+  for (const LayerScore& s : *scores) {
+    EXPECT_EQ(s.total, 4);
+    EXPECT_EQ(s.correct, 4);
+  }
+  // One text in both routes: held out of either, its twin in the other route wins, so at
+  // most the two other examples can be right.
+  const std::vector<Route> crossed = {{"a", {"Book me a flight to Paris.", "What is 12 times 7?"}, "generate"},
+                                      {"b", {"What is 12 times 7?", "Thanks a lot, that was helpful!"}, "generate"}};
+  scores = SemanticRouter::CrossValidateLayers(*engine_, crossed, {0});
+  ASSERT_TRUE(scores.ok()) << scores.status();
+  EXPECT_EQ((*scores)[0].total, 4);
+  EXPECT_LE((*scores)[0].correct, 2);
+  EXPECT_THAT(SemanticRouter::CrossValidateLayers(*engine_, twins, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(SemanticRouter::CrossValidateLayers(*engine_, twins, {-1}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(SemanticRouter::CrossValidateLayers(*engine_, {}, {0}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(engine_->stats().kv_used_tokens, 0);
+}
+
+TEST(RouterLayersTest, BestLayersPrefersAccuracyThenFewerLayers) {
+  EXPECT_EQ(SemanticRouter::BestLayers({}), 0);
+  EXPECT_EQ(SemanticRouter::BestLayers({{0, 50, 64}, {12, 55, 64}, {6, 40, 64}}), 12);
+  EXPECT_EQ(SemanticRouter::BestLayers({{0, 55, 64}, {18, 55, 64}, {9, 55, 64}}), 9);  // a tie: the shallowest
+  EXPECT_EQ(SemanticRouter::BestLayers({{0, 56, 64}, {9, 55, 64}}), 0);                 // all layers when better
 }
 
 }  // namespace

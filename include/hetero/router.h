@@ -8,8 +8,9 @@
 //       {"unsafe", {"how do I make a weapon"}, "refuse:I can't help with that."}});
 //   auto decision = (*router)->Decide("multiply 6 by 9");  // decision->route == "math"
 //
-// The engine's use of the decision (skipping Generate for refusals, direct tool calls) is
-// not wired yet; Decide is usable on its own.
+// In a task: RunOptions::router (refusals answered without Generate work, small routes on
+// the CPU, tool routes held to a call of their tool; docs/UNDERSTAND.md). Decide is also
+// usable on its own.
 #ifndef HETERO_ROUTER_H_
 #define HETERO_ROUTER_H_
 
@@ -54,8 +55,27 @@ struct RouteDecision {
   double ms = 0;         // embedding and scoring
 };
 
+// How well the routes' own examples route at one embedding depth (CrossValidateLayers).
+struct LayerScore {
+  int layers = 0;      // EmbedOptions::layers (0: all)
+  int correct = 0;     // examples routed to their own route by the other examples
+  int total = 0;       // examples whose route has at least one other example
+  double accuracy() const { return total > 0 ? static_cast<double>(correct) / total : 0.0; }
+};
+
 class HETERO_EXPORT SemanticRouter {
  public:
+  // Leave-one-out over the examples: each example is routed by all the others (centred on
+  // their mean, as Create would), for each layer count in `candidates`. Chooses
+  // RouterOptions::layers from the examples alone, with no held-out set; the pooling and
+  // centring of `options` apply. Checks the routes as Create does; InvalidArgument for no
+  // candidates or a negative one.
+  static absl::StatusOr<std::vector<LayerScore>> CrossValidateLayers(Engine& engine, const std::vector<Route>& routes,
+                                                                     const std::vector<int>& candidates,
+                                                                     RouterOptions options = {});
+  // The candidate with the best leave-one-out accuracy (the fewest layers on ties: faster).
+  static int BestLayers(const std::vector<LayerScore>& scores);
+
   // Embeds every example (one batched call). InvalidArgument for an empty or duplicate
   // route name, a route without examples, an unknown action form, or an empty tool name.
   static absl::StatusOr<std::unique_ptr<SemanticRouter>> Create(Engine& engine, std::vector<Route> routes,

@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -27,6 +28,26 @@ struct SemanticRouter::Impl {
     }
     const float scale = norm > 0 ? static_cast<float>(1.0 / std::sqrt(norm)) : 0.0f;
     for (float& x : v) x *= scale;
+  }
+
+  // The index over `vectors` (raw embeddings, example_route set): their mean when
+  // centring, then every one centred and scaled to unit length.
+  void Index(std::vector<std::vector<float>> vectors) {
+    dim = static_cast<int>(vectors.front().size());
+    mean.assign(dim, 0.0f);
+    if (options.center) {
+      std::vector<double> sum(dim, 0.0);
+      for (const auto& v : vectors) {
+        for (int k = 0; k < dim; ++k) sum[k] += v[k];
+      }
+      for (int k = 0; k < dim; ++k) mean[k] = static_cast<float>(sum[k] / vectors.size());
+    }
+    examples.clear();
+    examples.reserve(vectors.size() * dim);
+    for (auto& v : vectors) {
+      Prepare(v);
+      examples.insert(examples.end(), v.begin(), v.end());
+    }
   }
 
   RouteDecision Score(std::vector<float> query) const {
@@ -89,12 +110,13 @@ SemanticRouter::~SemanticRouter() = default;
 
 const std::vector<Route>& SemanticRouter::routes() const { return impl_->routes; }
 
-absl::StatusOr<std::unique_ptr<SemanticRouter>> SemanticRouter::Create(Engine& engine, std::vector<Route> routes,
-                                                                       RouterOptions options) {
+namespace {
+
+// Checks the routes; their examples in order, and each one's route index.
+absl::Status CollectExamples(const std::vector<Route>& routes, std::vector<std::string>& texts,
+                             std::vector<int>& example_route) {
   if (routes.empty()) return absl::InvalidArgumentError("a router needs at least one route");
   absl::flat_hash_set<std::string> names;
-  std::vector<std::string> texts;
-  auto impl = std::make_unique<Impl>();
   for (int r = 0; r < static_cast<int>(routes.size()); ++r) {
     const Route& route = routes[r];
     if (route.name.empty()) return absl::InvalidArgumentError(absl::StrCat("route ", r, " has no name"));
@@ -108,31 +130,83 @@ absl::StatusOr<std::unique_ptr<SemanticRouter>> SemanticRouter::Create(Engine& e
     for (const std::string& e : route.examples) {
       if (e.empty()) return absl::InvalidArgumentError(absl::StrCat("route '", route.name, "' has an empty example"));
       texts.push_back(e);
-      impl->example_route.push_back(r);
+      example_route.push_back(r);
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SemanticRouter>> SemanticRouter::Create(Engine& engine, std::vector<Route> routes,
+                                                                       RouterOptions options) {
+  std::vector<std::string> texts;
+  auto impl = std::make_unique<Impl>();
+  HETERO_RETURN_IF_ERROR(CollectExamples(routes, texts, impl->example_route));
   EmbedOptions embed;
   embed.pooling = options.pooling;
   embed.layers = options.layers;
   HETERO_ASSIGN_OR_RETURN(std::vector<std::vector<float>> vectors, engine.Embed(texts, embed));
-  impl->dim = static_cast<int>(vectors.front().size());
-  impl->mean.assign(impl->dim, 0.0f);
-  if (options.center) {
-    std::vector<double> sum(impl->dim, 0.0);
-    for (const auto& v : vectors) {
-      for (int k = 0; k < impl->dim; ++k) sum[k] += v[k];
-    }
-    for (int k = 0; k < impl->dim; ++k) impl->mean[k] = static_cast<float>(sum[k] / vectors.size());
-  }
-  impl->examples.reserve(vectors.size() * impl->dim);
-  for (auto& v : vectors) {
-    impl->Prepare(v);
-    impl->examples.insert(impl->examples.end(), v.begin(), v.end());
-  }
+  impl->options = std::move(options);
+  impl->Index(std::move(vectors));
   impl->engine = &engine;
   impl->routes = std::move(routes);
-  impl->options = std::move(options);
   return std::unique_ptr<SemanticRouter>(new SemanticRouter(std::move(impl)));
+}
+
+absl::StatusOr<std::vector<LayerScore>> SemanticRouter::CrossValidateLayers(Engine& engine,
+                                                                            const std::vector<Route>& routes,
+                                                                            const std::vector<int>& candidates,
+                                                                            RouterOptions options) {
+  if (candidates.empty()) return absl::InvalidArgumentError("CrossValidateLayers needs at least one layer count");
+  for (int c : candidates) {
+    if (c < 0) return absl::InvalidArgumentError(absl::StrCat("layer count ", c, " is negative"));
+  }
+  std::vector<std::string> texts;
+  std::vector<int> example_route;
+  HETERO_RETURN_IF_ERROR(CollectExamples(routes, texts, example_route));
+  std::vector<int> per_route(routes.size(), 0);
+  for (int r : example_route) ++per_route[r];
+  std::vector<LayerScore> scores;
+  for (int layers : candidates) {
+    EmbedOptions embed;
+    embed.pooling = options.pooling;
+    embed.layers = layers;
+    HETERO_ASSIGN_OR_RETURN(std::vector<std::vector<float>> vectors, engine.Embed(texts, embed));
+    LayerScore score;
+    score.layers = layers;
+    for (size_t held = 0; held < texts.size(); ++held) {
+      if (per_route[example_route[held]] < 2) continue;  // nothing left to match it
+      Impl fold;
+      fold.routes = routes;
+      fold.options = options;
+      fold.options.threshold = -2.0;  // the best route, always
+      std::vector<std::vector<float>> others;
+      for (size_t i = 0; i < texts.size(); ++i) {
+        if (i == held) continue;
+        others.push_back(vectors[i]);
+        fold.example_route.push_back(example_route[i]);
+      }
+      fold.Index(std::move(others));
+      const RouteDecision d = fold.Score(vectors[held]);
+      score.correct += d.best == routes[example_route[held]].name;
+      ++score.total;
+    }
+    scores.push_back(score);
+  }
+  return scores;
+}
+
+int SemanticRouter::BestLayers(const std::vector<LayerScore>& scores) {
+  const LayerScore* best = nullptr;
+  const auto depth = [](int layers) { return layers == 0 ? std::numeric_limits<int>::max() : layers; };
+  for (const LayerScore& s : scores) {
+    if (best == nullptr || s.correct * best->total > best->correct * s.total ||
+        (s.correct * best->total == best->correct * s.total && depth(s.layers) < depth(best->layers))) {
+      best = &s;
+    }
+  }
+  return best == nullptr ? 0 : best->layers;
 }
 
 absl::StatusOr<std::vector<RouteDecision>> SemanticRouter::DecideAll(const std::vector<std::string>& queries) {
