@@ -28,6 +28,7 @@ struct PolicyRow {
   std::string policy;
   int tasks = 0, solved = 0, errors = 0;
   int without_generate = 0;  // answered with no Generate stage (refusals)
+  int router_layers = -1;    // the router's embedding depth (0: all); -1 without a router
   long tokens = 0;
   double p50_ms = 0, p99_ms = 0;
   double joules = 0;  // all tasks
@@ -87,17 +88,25 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
   engine_options.scheduler = policy;
   auto engine = Engine::Create(o.model, engine_options);
   if (!engine.ok()) return engine.status();
+  PolicyRow row;
   std::shared_ptr<SemanticRouter> router;
   std::shared_ptr<const SafetyGate> safety;
   if (routes != nullptr) {
-    auto created = SemanticRouter::Create(**engine, *routes);
+    RouterOptions router_options;
+    router_options.layers = o.router_layers;
+    if (o.router_layers < 0) {  // chosen on the exemplars (leave-one-out)
+      auto scores = SemanticRouter::CrossValidateLayers(**engine, *routes, {3, 6, 9, 12, 15, 18, 21, 24, 27, 0});
+      if (!scores.ok()) return scores.status();
+      router_options.layers = SemanticRouter::BestLayers(*scores);
+    }
+    row.router_layers = router_options.layers;
+    auto created = SemanticRouter::Create(**engine, *routes, router_options);
     if (!created.ok()) return created.status();
     router = std::move(*created);
     auto gate = SafetyGate::Create(SafetyRules{});  // injection scan of tool results
     if (!gate.ok()) return gate.status();
     safety = *gate;
   }
-  PolicyRow row;
   row.policy = routes != nullptr ? policy + "+router" : policy;
   std::vector<double> latencies;
   for (const example_tools::SuiteQuestion& q : questions) {
@@ -222,7 +231,7 @@ int RunAgenticBench(const AgenticOptions& o) {
     nlohmann::json out = nlohmann::json::array();
     for (const PolicyRow& r : rows) {
       out.push_back({{"policy", r.policy}, {"tasks", r.tasks}, {"solved", r.solved}, {"errors", r.errors},
-                     {"without_generate", r.without_generate},
+                     {"without_generate", r.without_generate}, {"router_layers", r.router_layers},
                      {"ppt", r.ppt()}, {"tokens", r.tokens}, {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
                      {"joules_per_task", r.tst()}, {"tokens_per_joule", r.tpw()}, {"estimated", r.estimated},
                      {"energy_sources", r.energy_sources}});
@@ -237,6 +246,12 @@ int RunAgenticBench(const AgenticOptions& o) {
                   r.estimated ? "estimated" : "measured");
     }
     if (!rows.empty()) std::printf("energy sources: %s\n", rows.back().energy_sources.c_str());
+    for (const PolicyRow& r : rows) {
+      if (r.router_layers >= 0) {
+        std::printf("router embedding depth: %s layers\n", r.router_layers == 0 ? "all" : std::to_string(r.router_layers).c_str());
+        break;
+      }
+    }
   }
   if (!o.plot.empty()) {
     std::ofstream svg(o.plot);

@@ -25,6 +25,7 @@ struct AgenticOptions {
   // router and a safety gate.
   std::string router;
   int refusal_tasks = 10;  // held-out unsafe/out-of-scope lines added (alternating; at most --limit)
+  int router_layers = 0;   // RouterOptions::layers (0: all); -1: chosen by leave-one-out on the exemplars
 };
 
 int RunAgenticBench(const AgenticOptions& options);

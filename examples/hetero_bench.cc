@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
                   "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
-                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl] [--json] [--plot FILE.svg]\n"
+                  "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl [--layers N|auto]] [--json] [--plot FILE.svg]\n"
                   "       hetero-bench --route DATASET.jsonl [--layers N|auto] [-t THREADS] [-r REPS] [--json]   (semantic router)\n"
                   "       hetero-bench --soak SECONDS [--sessions N] [-n TOKENS] [--json]   (bounded soak test)\n"
                   "       hetero-bench --prefix-sharing [--sessions N] [-n TOKENS] [-t T] [-r REPS] [--json]   (shared system prompts)\n");
@@ -346,6 +346,7 @@ int main(int argc, char** argv) {
   }
   if (!agentic.suite.empty()) {
     agentic.model = model_path;
+    agentic.router_layers = route_layers;
     agentic.threads = threads;
     if (gen_given) agentic.max_tokens = gen;
     return hetero::bench::RunAgenticBench(agentic);
