@@ -165,6 +165,21 @@ HETERO_C_API hetero_status hetero_engine_create(const hetero_engine_options* opt
  * they are destroyed too. Do not call it while another thread uses the handle. */
 HETERO_C_API void hetero_engine_destroy(hetero_engine* engine);
 
+/* ---- Embeddings (docs/UNDERSTAND.md) --------------------------------------------- */
+
+/* Floats per embedding (the model's hidden size); 0 for NULL. */
+HETERO_C_API int32_t hetero_engine_embedding_dimension(const hetero_engine* engine);
+/* Unit-length embeddings of `count` NUL-terminated UTF-8 texts from the model's hidden
+ * states, computed on the CPU in batches beside running sessions: the mean over each
+ * text's tokens (the last token when last_token != 0) of the final norm's output after the
+ * first `layers` layers (0: all). Cosine similarity is then the dot product. Writes
+ * count x hetero_engine_embedding_dimension floats into `out`, text by text.
+ * INVALID_ARGUMENT for a NULL engine, texts or text, count < 1, negative layers, an empty
+ * text, or `out_floats` below count x dimension (nothing written); OUT_OF_MEMORY when the
+ * KV cache has no room. Thread-safe. */
+HETERO_C_API hetero_status hetero_engine_embed(hetero_engine* engine, const char* const* texts, int32_t count,
+                                               int32_t last_token, int32_t layers, float* out, size_t out_floats);
+
 /* ---- Tools ------------------------------------------------------------------------- */
 
 struct hetero_result;

@@ -441,6 +441,39 @@ hetero_status hetero_tools_invoke(const hetero_tools* tools, const char* name, c
   });
 }
 
+int32_t hetero_engine_embedding_dimension(const hetero_engine* engine) {
+  return engine == nullptr ? 0 : engine->engine->embedding_dimension();
+}
+
+hetero_status hetero_engine_embed(hetero_engine* engine, const char* const* texts, int32_t count, int32_t last_token,
+                                  int32_t layers, float* out, size_t out_floats) {
+  return Guard("hetero_engine_embed", [&]() -> hetero_status {
+    if (engine == nullptr) return NullArgument("hetero_engine_embed", "engine");
+    if (texts == nullptr) return NullArgument("hetero_engine_embed", "texts");
+    if (count < 1) return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_embed: count must be at least 1");
+    if (layers < 0) return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_embed: layers must not be negative");
+    const size_t dim = static_cast<size_t>(engine->engine->embedding_dimension());
+    if (out == nullptr || out_floats / dim < static_cast<size_t>(count)) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_embed: out holds " + std::to_string(out == nullptr ? 0 : out_floats) +
+                                               " floats, " + std::to_string(count) + " embeddings need " +
+                                               std::to_string(static_cast<size_t>(count) * dim));
+    }
+    std::vector<std::string> inputs;
+    inputs.reserve(static_cast<size_t>(count));
+    for (int32_t i = 0; i < count; ++i) {
+      if (texts[i] == nullptr) return NullArgument("hetero_engine_embed", ("texts[" + std::to_string(i) + "]").c_str());
+      inputs.emplace_back(texts[i]);
+    }
+    hetero::EmbedOptions options;
+    options.pooling = last_token != 0 ? hetero::EmbeddingPooling::kLastToken : hetero::EmbeddingPooling::kMean;
+    options.layers = layers;
+    absl::StatusOr<std::vector<std::vector<float>>> vectors = engine->engine->Embed(inputs, options);
+    if (!vectors.ok()) return FromStatus(vectors.status());
+    for (size_t i = 0; i < vectors->size(); ++i) std::copy((*vectors)[i].begin(), (*vectors)[i].end(), out + i * dim);
+    return HETERO_OK;
+  });
+}
+
 hetero_status hetero_session_create(hetero_engine* engine, const char* system_prompt, hetero_session** out_session) {
   return Guard("hetero_session_create", [&]() -> hetero_status {
     if (out_session == nullptr) return NullArgument("hetero_session_create", "out_session");

@@ -3,6 +3,7 @@
  * (error, slow, no result) as outcomes; a run on the default model streams the answer
  * and returns a report; create/destroy cycles (run under LeakSanitizer by CTest).
  *   capi_test [MODEL]   (exit 77, skipped, when the model is missing) */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,6 +360,39 @@ static void test_runs(const char* model) {
     EXPECT(hetero_session_create(small_engine, NULL, &second), HETERO_OK, NULL);
     hetero_session_destroy(second);
     hetero_engine_destroy(small_engine);
+  }
+
+  /* Embeddings: unit length, a text equal to itself, another one less similar; bad input. */
+  {
+    const int32_t dim = hetero_engine_embedding_dimension(engine);
+    CHECK(dim == 576);
+    CHECK(hetero_engine_embedding_dimension(NULL) == 0);
+    const char* texts[3] = {"What is 12 times 7?", "What is 12 times 7?", "Book me a flight to Paris."};
+    float* vectors = (float*)calloc((size_t)(3 * dim), sizeof(float));
+    EXPECT(hetero_engine_embed(engine, texts, 3, 0, 0, vectors, (size_t)(3 * dim)), HETERO_OK, NULL);
+    double norm = 0, same = 0, other = 0;
+    for (int32_t k = 0; k < dim; ++k) {
+      norm += (double)vectors[k] * vectors[k];
+      same += (double)vectors[k] * vectors[dim + k];
+      other += (double)vectors[k] * vectors[2 * dim + k];
+    }
+    CHECK(fabs(norm - 1.0) < 1e-4);
+    CHECK(fabs(same - 1.0) < 1e-4);
+    CHECK(other < same - 0.01);
+    EXPECT(hetero_engine_embed(engine, texts, 1, 1, 6, vectors, (size_t)dim), HETERO_OK, NULL); /* last token, 6 layers */
+    EXPECT(hetero_engine_embed(engine, texts, 3, 0, 0, vectors, (size_t)(3 * dim - 1)), HETERO_INVALID_ARGUMENT,
+           "3 embeddings need 1728");
+    EXPECT(hetero_engine_embed(engine, texts, 1, 0, 0, NULL, 0), HETERO_INVALID_ARGUMENT, "out holds 0 floats");
+    EXPECT(hetero_engine_embed(NULL, texts, 1, 0, 0, vectors, (size_t)dim), HETERO_INVALID_ARGUMENT, "engine is NULL");
+    EXPECT(hetero_engine_embed(engine, NULL, 1, 0, 0, vectors, (size_t)dim), HETERO_INVALID_ARGUMENT, "texts is NULL");
+    EXPECT(hetero_engine_embed(engine, texts, 0, 0, 0, vectors, (size_t)dim), HETERO_INVALID_ARGUMENT, "at least 1");
+    EXPECT(hetero_engine_embed(engine, texts, 1, 0, -1, vectors, (size_t)dim), HETERO_INVALID_ARGUMENT, "negative");
+    const char* bad[2] = {"fine", NULL};
+    EXPECT(hetero_engine_embed(engine, bad, 2, 0, 0, vectors, (size_t)(2 * dim)), HETERO_INVALID_ARGUMENT,
+           "texts[1] is NULL");
+    const char* empty[1] = {""};
+    EXPECT(hetero_engine_embed(engine, empty, 1, 0, 0, vectors, (size_t)dim), HETERO_INVALID_ARGUMENT, "no tokens");
+    free(vectors);
   }
 
   /* Create/destroy cycles. */

@@ -243,6 +243,8 @@ class HETERO_EXPORT Engine {
   // with BOS where the model asks for it. Cosine similarity is the dot product.
   absl::StatusOr<std::vector<std::vector<float>>> Embed(const std::vector<std::string>& texts,
                                                         const EmbedOptions& options = {});
+  // Floats per embedding (the model's hidden size).
+  int embedding_dimension() const;
   // The same for token ids.
   absl::StatusOr<std::vector<std::vector<float>>> EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
                                                               const EmbedOptions& options = {});

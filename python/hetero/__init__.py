@@ -251,6 +251,22 @@ class Engine:
             raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
         return Session(self, system_prompt)
 
+    def embed(self, texts, last_token=False, layers=0):
+        """Unit-length embeddings (lists of floats) of `texts`, from the model's hidden states
+        on the CPU: mean over each text's tokens (or its last token) after the first `layers`
+        layers (0: all). Cosine similarity is the dot product."""
+        if not self._handle:
+            raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
+        if isinstance(texts, (str, bytes)):
+            raise InvalidArgument("HETERO_INVALID_ARGUMENT", "embed takes a list of texts")
+        encoded = [_utf8(t) for t in texts]
+        dim = _c.hetero_engine_embedding_dimension(self._handle)
+        array = (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
+        out = (ctypes.c_float * (dim * max(1, len(encoded))))()
+        _check(_c.hetero_engine_embed(self._handle, array, len(encoded), 1 if last_token else 0, layers, out,
+                                      len(out)))
+        return [list(out[i * dim:(i + 1) * dim]) for i in range(len(encoded))]
+
     def close(self):
         if getattr(self, "_handle", None):
             _c.hetero_engine_destroy(self._handle)

@@ -153,6 +153,25 @@ def test_run_and_stream(engine):
 
 
 @needs_model
+def test_embed(engine):
+    a, b, c = engine.embed(["What is 12 times 7?", "What is 12 times 7?", "Book me a flight to Paris."])
+    assert len(a) == 576
+    assert abs(sum(x * x for x in a) - 1.0) < 1e-4
+    same = sum(x * y for x, y in zip(a, b))
+    other = sum(x * y for x, y in zip(a, c))
+    assert abs(same - 1.0) < 1e-4 and other < same - 0.01
+    assert len(engine.embed(["Hello"], last_token=True, layers=6)[0]) == 576
+    with pytest.raises(hetero.InvalidArgument, match="no tokens"):
+        engine.embed([""])
+    with pytest.raises(hetero.InvalidArgument, match="at least 1"):
+        engine.embed([])
+    with pytest.raises(hetero.InvalidArgument, match="list of texts"):
+        engine.embed("one text")
+    with pytest.raises(hetero.InvalidArgument, match="negative"):
+        engine.embed(["x"], layers=-1)
+
+
+@needs_model
 def test_cancellation_and_callback_errors(engine):
     session = engine.session()
     with pytest.raises(hetero.Cancelled):

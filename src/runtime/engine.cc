@@ -347,6 +347,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::EmbedTokens(const std::v
   return impl_->cpu->Embed(tokens, options.pooling, options.layers);
 }
 
+int Engine::embedding_dimension() const { return impl_->model->config().n_embd; }
+
 EngineStats Engine::stats() const {
   EngineStats s;
   {
