@@ -194,7 +194,8 @@ struct EngineStats {
   int64_t kv_shared_tokens = 0;    // what sharing saves: tokens held by more than one
                                    // session, counted once for each extra holder
   int64_t kv_cached_tokens = 0;    // shared-prefix blocks no session holds, kept for reuse
-  int64_t kv_prefix_hit_tokens = 0;  // prompt tokens taken from shared blocks so far
+  int64_t kv_prefix_hit_tokens = 0;  // tokens taken from shared blocks so far (prompts, and
+                                     // KV copied back in after a tool call or a device move)
 };
 
 class Engine;

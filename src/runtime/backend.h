@@ -47,6 +47,7 @@ struct SavedSequence {
 struct KvCacheStats {
   int capacity_tokens = 0;
   int used_tokens = 0;
+  int logical_tokens = 0;  // the sum of live sequences' lengths (shared blocks once per holder)
   int shared_tokens = 0;
   int cached_tokens = 0;
   int64_t attached_tokens_total = 0;  // prompt tokens taken from shared blocks so far
@@ -90,6 +91,7 @@ class Backend {
     KvCacheStats s;
     s.capacity_tokens = kv_capacity_tokens();
     s.used_tokens = kv_used_tokens();
+    s.logical_tokens = s.used_tokens;
     return s;
   }
 

@@ -138,7 +138,8 @@ void DeviceWorker::Admit(std::vector<std::shared_ptr<GenerationJob>>& finished) 
       counted.push_back(j->seq);
       held_by_queued += own(*j);
     }
-    if (backend_.kv_used_tokens() > held_by_queued) {
+    // Lengths, not blocks: sequences sharing blocks count them once each on both sides.
+    if (backend_.kv_cache_stats().logical_tokens > held_by_queued) {
       blocked_at_ = wakeups_;  // a session outside the worker holds the memory; it pokes when done
       return;
     }

@@ -62,6 +62,7 @@ KvCacheStats PagedBackend::kv_cache_stats() const {
   KvCacheStats s;
   s.capacity_tokens = kv_.max_blocks() * kv_.block_tokens();
   s.used_tokens = kv_.used_tokens();
+  s.logical_tokens = kv_.logical_tokens();
   s.shared_tokens = kv_.shared_tokens();
   s.cached_tokens = kv_.cached_blocks() * kv_.block_tokens();
   s.attached_tokens_total = kv_.attached_tokens_total();
