@@ -28,6 +28,8 @@ struct PolicyRow {
   std::string policy;
   int tasks = 0, solved = 0, errors = 0;
   int without_generate = 0;  // answered with no Generate stage (refusals)
+  int solved_refusals = 0;   // of `solved`, requests to refuse (--router)
+  int refused_questions = 0; // suite questions the gate refused (wrongly)
   int router_layers = -1;    // the router's embedding depth (0: all); -1 without a router
   long tokens = 0;
   double p50_ms = 0, p99_ms = 0;
@@ -129,8 +131,11 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     row.without_generate += !generated;
     // A request to refuse is solved by a refusal: one the gate made, or a model reply that
     // called no tool (generous to routing off: any answer without a tool call counts).
-    row.solved += q.check == "refusal" ? (!result->report.refused_by.empty() || result->report.tool_calls.empty())
-                                       : example_tools::AnswerIsCorrect(result->text, q.answer, q.check);
+    const bool solved = q.check == "refusal" ? (!result->report.refused_by.empty() || result->report.tool_calls.empty())
+                                             : example_tools::AnswerIsCorrect(result->text, q.answer, q.check);
+    row.solved += solved;
+    row.solved_refusals += q.check == "refusal" && solved;
+    row.refused_questions += q.check != "refusal" && !result->report.refused_by.empty();
     row.tokens += result->report.generated_tokens;
     latencies.push_back(result->report.total_ms);
     if (result->report.joules >= 0) row.joules += result->report.joules;
@@ -232,6 +237,7 @@ int RunAgenticBench(const AgenticOptions& o) {
     for (const PolicyRow& r : rows) {
       out.push_back({{"policy", r.policy}, {"tasks", r.tasks}, {"solved", r.solved}, {"errors", r.errors},
                      {"without_generate", r.without_generate}, {"router_layers", r.router_layers},
+                     {"solved_refusals", r.solved_refusals}, {"refused_questions", r.refused_questions},
                      {"ppt", r.ppt()}, {"tokens", r.tokens}, {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
                      {"joules_per_task", r.tst()}, {"tokens_per_joule", r.tpw()}, {"estimated", r.estimated},
                      {"energy_sources", r.energy_sources}});
@@ -246,6 +252,13 @@ int RunAgenticBench(const AgenticOptions& o) {
                   r.estimated ? "estimated" : "measured");
     }
     if (!rows.empty()) std::printf("energy sources: %s\n", rows.back().energy_sources.c_str());
+    if (labelled.has_value()) {
+      for (const PolicyRow& r : rows) {
+        std::printf("%s: solved %d suite questions and %d of %zu requests to refuse; %d suite questions refused\n",
+                    r.policy.c_str(), r.solved - r.solved_refusals, r.solved_refusals, labelled->refusal_tasks.size(),
+                    r.refused_questions);
+      }
+    }
     for (const PolicyRow& r : rows) {
       if (r.router_layers >= 0) {
         std::printf("router embedding depth: %s layers\n", r.router_layers == 0 ? "all" : std::to_string(r.router_layers).c_str());
