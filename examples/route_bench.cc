@@ -49,6 +49,19 @@ int RunRouteBench(const RouteBenchOptions& o) {
   const std::vector<Route> routes = ExemplarRoutes(lines, [](const std::string&) { return std::string("generate"); });
   std::vector<std::string> queries;
   for (const IntentLine* l : tests) queries.push_back(l->text);
+  // Whether each held-out line's best route is its intent, for a router with `ro`.
+  const auto held_out_hits = [&](const RouterOptions& ro) -> absl::StatusOr<std::vector<bool>> {
+    auto router = SemanticRouter::Create(**engine, routes, ro);
+    if (!router.ok()) return router.status();
+    auto decisions = (*router)->DecideAll(queries);
+    if (!decisions.ok()) return decisions.status();
+    std::vector<bool> hits;
+    for (size_t i = 0; i < tests.size(); ++i) hits.push_back((*decisions)[i].best == tests[i]->intent);
+    return hits;
+  };
+  const auto share = [&](const std::vector<bool>& hits) {
+    return static_cast<double>(std::count(hits.begin(), hits.end(), true)) / static_cast<double>(hits.size());
+  };
   int layers = o.layers;
   nlohmann::json layer_report = nlohmann::json::array();
   if (layers < 0) {
@@ -62,13 +75,9 @@ int RunRouteBench(const RouteBenchOptions& o) {
     for (const LayerScore& s : *scores) {
       RouterOptions ro;
       ro.layers = s.layers;
-      auto router = SemanticRouter::Create(**engine, routes, ro);
-      if (!router.ok()) return Fail(std::string(router.status().message()));
-      auto decisions = (*router)->DecideAll(queries);
-      if (!decisions.ok()) return Fail(std::string(decisions.status().message()));
-      int correct = 0;
-      for (size_t i = 0; i < tests.size(); ++i) correct += (*decisions)[i].best == tests[i]->intent;
-      const double held_out = static_cast<double>(correct) / static_cast<double>(tests.size());
+      absl::StatusOr<std::vector<bool>> hits = held_out_hits(ro);
+      if (!hits.ok()) return Fail(std::string(hits.status().message()));
+      const double held_out = share(*hits);
       layer_report.push_back({{"layers", s.layers}, {"leave_one_out", s.accuracy()}, {"held_out", held_out}});
       if (!o.json) {
         std::printf("%6s   %5.1f%% (%2d of %2d)%s       %5.1f%%\n", s.layers == 0 ? "all" : std::to_string(s.layers).c_str(),
@@ -95,20 +104,14 @@ int RunRouteBench(const RouteBenchOptions& o) {
     ro.layers = layers;
     ro.pooling = c.pooling;
     ro.center = c.center;
-    auto router = SemanticRouter::Create(**engine, routes, ro);
-    if (!router.ok()) return Fail(std::string(router.status().message()));
-    auto decisions = (*router)->DecideAll(queries);
-    if (!decisions.ok()) return Fail(std::string(decisions.status().message()));
-    int correct = 0;
-    for (size_t i = 0; i < tests.size(); ++i) {
-      const bool ok = (*decisions)[i].best == tests[i]->intent;
-      correct += ok;
-      if (&c == &configs[0]) {
-        per_intent[tests[i]->intent].first += ok;
-        per_intent[tests[i]->intent].second += 1;
-      }
+    absl::StatusOr<std::vector<bool>> hits = held_out_hits(ro);
+    if (!hits.ok()) return Fail(std::string(hits.status().message()));
+    for (size_t i = 0; i < tests.size() && &c == &configs[0]; ++i) {
+      per_intent[tests[i]->intent].first += (*hits)[i];
+      per_intent[tests[i]->intent].second += 1;
     }
-    const double accuracy = static_cast<double>(correct) / static_cast<double>(tests.size());
+    const int correct = static_cast<int>(std::count(hits->begin(), hits->end(), true));
+    const double accuracy = share(*hits);
     report["accuracy"][c.name] = accuracy;
     if (!o.json) std::printf("accuracy, %-24s %5.1f%% (%d of %zu held-out lines)\n", c.name, 100 * accuracy, correct, tests.size());
   }
