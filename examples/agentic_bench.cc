@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "examples/intents.h"
 #include "examples/tools/tool_suite.h"
 #include "hetero/engine.h"
@@ -30,6 +31,7 @@ struct PolicyRow {
   int without_generate = 0;  // answered with no Generate stage (refusals)
   int solved_refusals = 0;   // of `solved`, requests to refuse (--router)
   int refused_questions = 0; // suite questions the gate refused (wrongly)
+  std::vector<std::string> solved_ids;  // suite questions solved (with the route taken, when routed)
   int router_layers = -1;    // the router's embedding depth (0: all); -1 without a router
   long tokens = 0;
   double p50_ms = 0, p99_ms = 0;
@@ -136,6 +138,9 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     row.solved += solved;
     row.solved_refusals += q.check == "refusal" && solved;
     row.refused_questions += q.check != "refusal" && !result->report.refused_by.empty();
+    if (solved && q.check != "refusal") {
+      row.solved_ids.push_back(result->report.route.empty() ? q.id : absl::StrCat(q.id, "(", result->report.route, ")"));
+    }
     row.tokens += result->report.generated_tokens;
     latencies.push_back(result->report.total_ms);
     if (result->report.joules >= 0) row.joules += result->report.joules;
@@ -238,6 +243,7 @@ int RunAgenticBench(const AgenticOptions& o) {
       out.push_back({{"policy", r.policy}, {"tasks", r.tasks}, {"solved", r.solved}, {"errors", r.errors},
                      {"without_generate", r.without_generate}, {"router_layers", r.router_layers},
                      {"solved_refusals", r.solved_refusals}, {"refused_questions", r.refused_questions},
+                     {"solved_questions", r.solved_ids},
                      {"ppt", r.ppt()}, {"tokens", r.tokens}, {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
                      {"joules_per_task", r.tst()}, {"tokens_per_joule", r.tpw()}, {"estimated", r.estimated},
                      {"energy_sources", r.energy_sources}});
@@ -257,6 +263,7 @@ int RunAgenticBench(const AgenticOptions& o) {
         std::printf("%s: solved %d suite questions and %d of %zu requests to refuse; %d suite questions refused\n",
                     r.policy.c_str(), r.solved - r.solved_refusals, r.solved_refusals, labelled->refusal_tasks.size(),
                     r.refused_questions);
+        std::printf("  questions solved: %s\n", absl::StrJoin(r.solved_ids, " ").c_str());
       }
     }
     for (const PolicyRow& r : rows) {
