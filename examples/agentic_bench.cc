@@ -99,7 +99,7 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     RouterOptions router_options;
     router_options.layers = o.router_layers;
     if (o.router_layers < 0) {  // chosen on the exemplars (leave-one-out)
-      auto scores = SemanticRouter::CrossValidateLayers(**engine, *routes, {3, 6, 9, 12, 15, 18, 21, 24, 27, 0});
+      auto scores = SemanticRouter::CrossValidateLayers(**engine, *routes, kRouterDepthCandidates);
       if (!scores.ok()) return scores.status();
       router_options.layers = SemanticRouter::BestLayers(*scores);
     }

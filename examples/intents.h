@@ -16,6 +16,10 @@ struct IntentLine {
   std::string text, intent, split;
 };
 
+// The embedding depths the benchmarks try with --layers auto (0: all layers), for
+// SemanticRouter::CrossValidateLayers.
+inline const std::vector<int> kRouterDepthCandidates = {3, 6, 9, 12, 15, 18, 21, 24, 27, 0};
+
 // NotFound when the file cannot be read; InvalidArgument naming the line when one is not
 // such an object, or when there is no exemplar line.
 absl::StatusOr<std::vector<IntentLine>> LoadIntentLines(const std::string& path);

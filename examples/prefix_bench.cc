@@ -92,11 +92,12 @@ int RunPrefixBench(const PrefixBenchOptions& o) {
   const ModelConfig& c = (*model)->config();
   const double kv_bytes_per_token = 2.0 * c.n_layers * c.n_kv_heads * c.head_dim * sizeof(float);
   struct Setting {
-    bool share;
+    bool share = false;
     std::vector<double> ttft, encoded, first_ttft, used, shared;
     std::vector<std::string> answers;
     int prompt_tokens = 0;
-  } settings[2] = {{false, {}, {}, {}, {}, {}, {}, 0}, {true, {}, {}, {}, {}, {}, {}, 0}};
+  } settings[2];
+  settings[1].share = true;
   for (int rep = 0; rep < std::max(1, o.repetitions); ++rep) {
     for (Setting& s : settings) {
       absl::StatusOr<RunFigures> f = RunOnce(o, s.share);

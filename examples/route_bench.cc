@@ -67,8 +67,7 @@ int RunRouteBench(const RouteBenchOptions& o) {
   if (layers < 0) {
     // The depth is chosen on the exemplars alone; the held-out accuracy of every candidate
     // is printed beside it for information, never used to choose.
-    const std::vector<int> candidates = {3, 6, 9, 12, 15, 18, 21, 24, 27, 0};
-    auto scores = SemanticRouter::CrossValidateLayers(**engine, routes, candidates);
+    auto scores = SemanticRouter::CrossValidateLayers(**engine, routes, kRouterDepthCandidates);
     if (!scores.ok()) return Fail(std::string(scores.status().message()));
     layers = SemanticRouter::BestLayers(*scores);
     if (!o.json) std::printf("layers   leave-one-out on exemplars   held-out (not used to choose)\n");

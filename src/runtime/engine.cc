@@ -361,7 +361,8 @@ EngineStats Engine::stats() const {
     s.queued_tasks += impl_->gpu_worker->queued();
     s.active_tasks += impl_->gpu_worker->active();
   }
-  for (const Backend* backend : {static_cast<const Backend*>(impl_->cpu.get()), static_cast<const Backend*>(impl_->gpu.get())}) {
+  const Backend* backends[] = {impl_->cpu.get(), impl_->gpu.get()};
+  for (const Backend* backend : backends) {
     if (backend == nullptr) continue;
     const KvCacheStats kv = backend->kv_cache_stats();
     s.kv_used_tokens += kv.used_tokens;

@@ -167,6 +167,11 @@ absl::StatusOr<std::vector<LayerScore>> SemanticRouter::CrossValidateLayers(Engi
   HETERO_RETURN_IF_ERROR(CollectExamples(routes, texts, example_route));
   std::vector<int> per_route(routes.size(), 0);
   for (int r : example_route) ++per_route[r];
+  // One index reused by every fold: only its examples change.
+  Impl fold;
+  fold.routes = routes;
+  fold.options = options;
+  fold.options.threshold = -2.0;  // the best route, always
   std::vector<LayerScore> scores;
   for (int layers : candidates) {
     EmbedOptions embed;
@@ -177,10 +182,7 @@ absl::StatusOr<std::vector<LayerScore>> SemanticRouter::CrossValidateLayers(Engi
     score.layers = layers;
     for (size_t held = 0; held < texts.size(); ++held) {
       if (per_route[example_route[held]] < 2) continue;  // nothing left to match it
-      Impl fold;
-      fold.routes = routes;
-      fold.options = options;
-      fold.options.threshold = -2.0;  // the best route, always
+      fold.example_route.clear();
       std::vector<std::vector<float>> others;
       for (size_t i = 0; i < texts.size(); ++i) {
         if (i == held) continue;
