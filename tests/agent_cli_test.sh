@@ -10,7 +10,7 @@ mkdir -p "$tmp"
 source "$(dirname "$0")/cli_test_lib.sh"
 require_default_model
 
-"$agent" -t 2 -n 96 >"$tmp/default.out" 2>"$tmp/default.err"
+watched 240 "$agent" -t 2 -n 96 >"$tmp/default.out" 2>"$tmp/default.err"
 check "default question exits 0" test $? -eq 0
 check "prints the question" grep -q "^question: What is 12.5 times 8, minus 3?" "$tmp/default.out"
 check "prints an answer line" grep -q "^answer: " "$tmp/default.out"
@@ -19,7 +19,7 @@ check "timeline has generate on the cpu" grep -q "^generate   cpu" "$tmp/default
 check "summary line" grep -q "^format generic, .* prompt tokens" "$tmp/default.out"
 
 head -n 3 tests/data/tool_suite.jsonl >"$tmp/suite.jsonl"
-"$agent" -t 2 -n 64 --suite "$tmp/suite.jsonl" --compare --json >"$tmp/suite.json" 2>"$tmp/suite.err"
+watched 240 "$agent" -t 2 -n 64 --suite "$tmp/suite.jsonl" --compare --json >"$tmp/suite.json" 2>"$tmp/suite.err"
 check "--suite exits 0" test $? -eq 0
 check "--suite --json scores" python3 -c '
 import json, sys

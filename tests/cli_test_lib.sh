@@ -13,3 +13,47 @@ require_default_model() {
     exit 77
   fi
 }
+# `watched SECONDS COMMAND...` runs COMMAND (its redirections are the caller's) and, when it
+# runs past SECONDS, shows on the test's output what it was doing, then kills it and returns
+# 124: each thread's state and CPU time (spinning or blocked) and, where gdb is installed,
+# every thread's stack. A hang then explains itself in CI's log instead of a bare timeout.
+exec 3>&1
+watched() {
+  local limit="$1"; shift
+  "$@" &
+  local pid=$! waited=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$waited" -ge "$limit" ]; then
+      {
+        echo "HANG: still running after ${limit} s: $*"
+        echo "load: $(cat /proc/loadavg)"
+        local task
+        for task in /proc/"$pid"/task/*; do
+          # comm may hold spaces: the fields after its closing parenthesis.
+          local fields
+          fields=$(sed 's/^.*) //' "$task/stat" 2>/dev/null) || continue
+          set -- $fields
+          echo "thread ${task##*/}: state $1, user ${12} ticks, system ${13} ticks ($(cat "$task/comm" 2>/dev/null))"
+        done
+        sleep 2
+        echo "two seconds later:"
+        for task in /proc/"$pid"/task/*; do
+          local fields
+          fields=$(sed 's/^.*) //' "$task/stat" 2>/dev/null) || continue
+          set -- $fields
+          echo "thread ${task##*/}: state $1, user ${12} ticks, system ${13} ticks"
+        done
+        if command -v gdb >/dev/null; then
+          timeout 60 gdb -p "$pid" -batch -nx -ex "set pagination off" -ex "thread apply all bt 25" 2>&1 |
+            grep -E "^(Thread|#)" | head -n 300
+        fi
+      } >&3
+      kill -9 "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 124
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  wait "$pid"
+}

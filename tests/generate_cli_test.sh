@@ -57,7 +57,7 @@ expect_error bench_option "unknown option '--bogus'" "$bench" --bogus
 expect_error bench_soak "--soak needs a duration of at least 1 second" "$bench" --soak 0
 
 # The agentic benchmark: every policy on two suite questions, JSON rows, an SVG plot.
-"$bench" -t 2 -n 48 --agentic tests/data/tool_suite.jsonl --limit 2 --policy all --json --plot "$tmp/agentic.svg" \
+watched 240 "$bench" -t 2 -n 48 --agentic tests/data/tool_suite.jsonl --limit 2 --policy all --json --plot "$tmp/agentic.svg" \
   >"$tmp/agentic.json" 2>"$tmp/agentic.err"
 check "--agentic exits 0" test $? -eq 0
 check "--agentic rows for every policy" python3 -c '
@@ -78,7 +78,7 @@ doc = xml.dom.minidom.parse(sys.argv[1])
 assert len(doc.getElementsByTagName("circle")) == 4
 ' "$tmp/agentic.svg"
 # Routing on against off: one suite question and one request to refuse, seed policy.
-"$bench" -t 2 -n 32 --agentic tests/data/tool_suite.jsonl --limit 1 --policy seed --router tests/data/intents.jsonl \
+watched 240 "$bench" -t 2 -n 32 --agentic tests/data/tool_suite.jsonl --limit 1 --policy seed --router tests/data/intents.jsonl \
   --json >"$tmp/routed.json" 2>"$tmp/routed.err"
 check "--agentic --router exits 0" test $? -eq 0
 check "--router adds a routed row, refusals without Generate" python3 -c '
