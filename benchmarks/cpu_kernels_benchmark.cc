@@ -2,7 +2,8 @@
 // of 64, 3 KV heads, vocabulary 49152), each reporting what bounds it: bytes per second
 // for memory-bound work (compare BM_MemoryRead, this machine's read bandwidth) and FLOP/s
 // for compute-bound work (compare BM_OneDnnGemm/bf16, oneDNN's bf16 peak here).
-// Argument `threads` is the OpenMP team size.
+// Argument `threads`: the thread pool of our kernels (src/cpu/thread_pool.h), or OpenMP's team
+// for oneDNN and the bandwidth loop.
 #include <omp.h>
 
 #include <random>
@@ -12,6 +13,7 @@
 #include "src/cpu/attention.h"
 #include "src/cpu/linear.h"
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/fp16.h"
 
 namespace hetero {
@@ -59,7 +61,8 @@ BENCHMARK(BM_MemoryRead)->ArgName("threads")->Arg(1)->Arg(2)->Unit(benchmark::kM
 
 // Decode's matrix-vector products on native blocks: bytes = weight bytes read.
 void BM_QuantGemv(benchmark::State& state) {
-  omp_set_num_threads(static_cast<int>(state.range(3)));
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  const ScopedThreadPool use_pool(&pool);
   const auto type = static_cast<TensorType>(state.range(0));
   const int n = static_cast<int>(state.range(1)), k = static_cast<int>(state.range(2));
   // Several copies so the weights do not sit in cache between iterations (as in decode,

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/thread_pool.h"
 
 namespace hetero {
 namespace internal {
@@ -54,7 +55,7 @@ void Attention::RunRow(const float* q, int position, const SequenceKv& kv, float
   static const bool avx512 = DetectCpu().avx512f;
   const bool simd = avx512 && hd % 16 == 0;
   const int n_keys = position + 1;
-  // Scratch per OpenMP thread, grown to the longest row, 64-byte aligned (the kernel's
+  // Scratch per thread, grown to the longest row, 64-byte aligned (the kernel's
   // 16-float stores then never split cache lines).
   thread_local std::vector<float> scratch;
   const size_t floats = static_cast<size_t>(group) * ((n_keys + 15) / 16 * 16);
@@ -84,8 +85,8 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
                     float* out) const {
   const size_t row_floats = static_cast<size_t>(s_.n_heads) * s_.head_dim;
   // Later rows of a prompt attend to more keys: dynamic scheduling balances them.
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int r = 0; r < rows; ++r) RunRow(q + r * row_floats, positions[r], *kv[r], out + r * row_floats);
+  ParallelFor(rows, ThreadPool::Schedule::kDynamic,
+              [&](int r) { RunRow(q + r * row_floats, positions[r], *kv[r], out + r * row_floats); });
 }
 
 }  // namespace hetero

@@ -38,7 +38,8 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
                    options.max_sequences, options.share_kv_prefixes),
       model_(model),
       config_(model.config()),
-      options_(options) {}
+      options_(options),
+      pool_(std::make_unique<ThreadPool>(options.threads)) {}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
   if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 0) {
@@ -178,8 +179,10 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   const int kvd = c.n_kv_heads * c.head_dim;
   const int F = c.n_ff;
   Workspace& w = ws_;
-  // OpenMP's thread count is per calling thread: set it on whichever thread runs us, or
-  // a worker thread's parallel regions would use every CPU the process can see.
+  // Our kernels run on the backend's pool whichever thread calls. oneDNN (the f32 and bf16
+  // modes) uses OpenMP, whose thread count is per calling thread: set it here too, or a
+  // worker thread's oneDNN calls would use every CPU the process can see.
+  const ScopedThreadPool use_pool(pool_.get());
   omp_set_num_threads(options_.threads);
   w.x.resize(static_cast<size_t>(T) * E);
   w.h.resize(static_cast<size_t>(T) * E);

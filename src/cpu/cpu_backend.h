@@ -15,6 +15,7 @@
 #include "src/cpu/attention.h"
 #include "src/cpu/cpu_ops.h"
 #include "src/cpu/linear.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/kv_cache.h"
 #include "src/runtime/paged_backend.h"
@@ -117,6 +118,7 @@ class CpuBackend : public PagedBackend {
   const GgufTensorInfo* token_embd_ = nullptr;
   std::unique_ptr<Rope> rope_;
   std::unique_ptr<Attention> attention_;
+  std::unique_ptr<ThreadPool> pool_;  // options_.threads threads for the kernels' loops
 
   std::vector<std::unique_ptr<float[]>> kv_blocks_ ABSL_GUARDED_BY(mutex_);
   // Work buffers, reused across calls.

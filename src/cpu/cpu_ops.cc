@@ -2,18 +2,19 @@
 
 #include <cmath>
 
+#include "src/cpu/thread_pool.h"
+
 namespace hetero {
 
 void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, float* out) {
-#pragma omp parallel for schedule(static) if (rows > 1)
-  for (int r = 0; r < rows; ++r) {
+  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
     const float* xr = x + static_cast<size_t>(r) * n;
     float* o = out + static_cast<size_t>(r) * n;
     double sum = 0.0;  // double: the mean square of thousands of values
     for (int i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
     const float scale = static_cast<float>(1.0 / std::sqrt(sum / n + eps));
     for (int i = 0; i < n; ++i) o[i] = xr[i] * scale * weight[i];
-  }
+  });
 }
 
 Rope::Rope(const ModelConfig& config, std::vector<float> freq_factors)
@@ -30,8 +31,7 @@ Rope::Rope(const ModelConfig& config, std::vector<float> freq_factors)
 
 void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const {
   const int half = rope_dim_ / 2;
-#pragma omp parallel for schedule(static) if (rows > 1)
-  for (int r = 0; r < rows; ++r) {
+  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
     std::vector<float> cos_t(half), sin_t(half);
     for (int i = 0; i < half; ++i) {
       const double angle = positions[r] * inv_freq_[i];
@@ -48,15 +48,21 @@ void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const 
         v[b] = x0 * sin_t[i] + x1 * cos_t[i];
       }
     }
-  }
+  });
 }
 
 void SiluMul(float* gate, const float* up, size_t count) {
-// From 4096 values (a batched decode step's) the exps outweigh a fork-join.
-#pragma omp parallel for schedule(static) if (count >= 4096)
-  for (size_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  const auto range = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  };
+  // From 4096 values (a batched decode step's) the exps outweigh a fork-join.
+  if (count < 4096) {
+    range(0, count);
+  } else {
+    ParallelForRanges(count, range);
   }
 }
 

@@ -1,8 +1,7 @@
 #include "src/cpu/linear.h"
 
-#include <omp.h>
-
 #include "absl/strings/str_cat.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 #include "src/runtime/status_macros.h"
@@ -89,14 +88,10 @@ class QuantLinear : public Linear {
     const size_t count = static_cast<size_t>(n_) * k_;
     scratch.weights_bf16.resize(count);
     // Each thread converts its own share of the rows.
-#pragma omp parallel
-    {
-      const int threads = omp_get_num_threads();
-      const int t = omp_get_thread_num();
-      const int begin = static_cast<int>(static_cast<int64_t>(n_) * t / threads);
-      const int end = static_cast<int>(static_cast<int64_t>(n_) * (t + 1) / threads);
-      DequantizeRowsToBf16(weights_, begin, end, scratch.weights_bf16.data() + static_cast<size_t>(begin) * k_);
-    }
+    ParallelForRanges(static_cast<size_t>(n_), [&](size_t begin, size_t end) {
+      DequantizeRowsToBf16(weights_, static_cast<int>(begin), static_cast<int>(end),
+                           scratch.weights_bf16.data() + begin * k_);
+    });
     try {
       memory weights({{k_, n_}, Type::bf16, Tag::ba}, ctx_.engine, scratch.weights_bf16.data());
       return RunMatmul(ctx_, bf16_primitive_, weights, /*bf16_src=*/true, x, m, n_, k_, y, scratch);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 
@@ -128,15 +129,14 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   if (simd) d_lanes.resize(n / kBlock * 8);
   const int nb = cols / kBlock;
   // Rows are independent: a batch's rows quantize in parallel, each exactly as alone.
-#pragma omp parallel for schedule(static) if (rows > 1)
-  for (int m = 0; m < rows; ++m) {
+  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int m) {
     if (simd) {
       internal::QuantizeRowsAvx512(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
       for (int b = m * nb; b < (m + 1) * nb; ++b) std::fill_n(d_lanes.data() + static_cast<size_t>(b) * 8, 8, d[b]);
     } else {
       internal::QuantizeRowsPortable(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
     }
-  }
+  });
 }
 
 namespace internal {
@@ -225,18 +225,16 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
     // Groups of 16 outputs from the packed tiles, then the rows past the last full group.
     const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
     const int tail = n - w.packed_rows;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < groups + tail; ++i) {
+    ParallelFor(groups + tail, ThreadPool::Schedule::kStatic, [&](int i) {
       if (i < groups) {
         internal::QuantGroupAvx512(w, i, a, y, ldy);
       } else {
         internal::QuantRowsAvx512(w, w.packed_rows + (i - groups), a, y, ldy);
       }
-    }
+    });
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int j = 0; j < n; ++j) {
+  ParallelFor(n, ThreadPool::Schedule::kStatic, [&](int j) {
     if (simd) {
       internal::QuantRowsAvx512(w, j, a, y, ldy);
     } else if (avx2) {
@@ -244,7 +242,7 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
     } else {
       for (int m = 0; m < rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
     }
-  }
+  });
 }
 
 }  // namespace hetero

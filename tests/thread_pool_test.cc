@@ -1,0 +1,158 @@
+// ThreadPool: every index runs exactly once (static and dynamic shares, awkward counts and
+// team sizes), loops started while one runs (nested, or from another thread) still run
+// completely, many short loops in a row lose no wake-up, and kernels on a pool give the
+// results they give on one thread.
+#include "src/cpu/thread_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "src/cpu/cpu_ops.h"
+
+namespace hetero {
+namespace {
+
+using Schedule = ThreadPool::Schedule;
+
+// How many times each index ran, and on how many distinct threads.
+struct Visits {
+  explicit Visits(int n) : counts(static_cast<size_t>(n)) {}
+  std::vector<std::atomic<int>> counts;
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  void Visit(int i) {
+    counts[static_cast<size_t>(i)].fetch_add(1);
+    std::lock_guard<std::mutex> lock(mu);
+    threads.insert(std::this_thread::get_id());
+  }
+};
+
+TEST(ThreadPoolTest, EveryIndexRunsOnceForEachScheduleAndSize) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (Schedule schedule : {Schedule::kStatic, Schedule::kDynamic}) {
+      for (int n : {0, 1, 2, 3, 7, 13, 1000}) {
+        Visits visits(n);
+        pool.ParallelFor(n, schedule, [&](int i) { visits.Visit(i); });
+        for (int i = 0; i < n; ++i) {
+          ASSERT_EQ(visits.counts[static_cast<size_t>(i)].load(), 1)
+              << "index " << i << " of " << n << ", " << threads << " threads, dynamic " << (schedule == Schedule::kDynamic);
+        }
+        EXPECT_LE(static_cast<int>(visits.threads.size()), threads);
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, StaticSharesAreContiguousPerThread) {
+  ThreadPool pool(3);
+  const int n = 10;
+  std::vector<std::thread::id> owner(n);
+  pool.ParallelFor(n, Schedule::kStatic, [&](int i) { owner[static_cast<size_t>(i)] = std::this_thread::get_id(); });
+  // Shares [0,3) [3,6) [6,10): thread t takes indices n*t/3 .. n*(t+1)/3.
+  for (int i : {1, 2}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[0]);
+  for (int i : {4, 5}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[3]);
+  for (int i : {7, 8, 9}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[6]);
+  EXPECT_EQ(owner[0], std::this_thread::get_id());  // the caller takes the first share
+}
+
+TEST(ThreadPoolTest, NestedLoopRunsOnItsCallingThread) {
+  ThreadPool pool(4);
+  const int outer = 6, inner = 5;
+  std::vector<std::atomic<int>> counts(outer * inner);
+  const ScopedThreadPool use(&pool);
+  ParallelFor(outer, Schedule::kDynamic, [&](int i) {
+    const std::thread::id self = std::this_thread::get_id();
+    ParallelFor(inner, Schedule::kStatic, [&](int j) {
+      EXPECT_EQ(std::this_thread::get_id(), self);  // the pool is busy: no other thread
+      counts[static_cast<size_t>(i * inner + j)].fetch_add(1);
+    });
+  });
+  for (auto& c : counts) EXPECT_EQ(c.load(), 1);
+}
+
+TEST(ThreadPoolTest, TwoCallersAtOnceBothFinish) {
+  ThreadPool pool(3);
+  const int n = 200, rounds = 300;
+  std::atomic<long> total{0};
+  auto caller = [&] {
+    for (int r = 0; r < rounds; ++r) {
+      pool.ParallelFor(n, r % 2 ? Schedule::kStatic : Schedule::kDynamic, [&](int i) { total.fetch_add(i); });
+    }
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2L * rounds * (n * (n - 1) / 2));
+}
+
+TEST(ThreadPoolTest, ManyShortLoopsWithPausesLoseNoWakeUp) {
+  // Pauses longer than the spin make the workers sleep between loops; a lost wake-up would
+  // hang here (the test's timeout) instead of finishing.
+  ThreadPool pool(3);
+  std::mt19937 rng(7);
+  long expected = 0;
+  std::atomic<long> total{0};
+  for (int r = 0; r < 3000; ++r) {
+    const int n = 1 + static_cast<int>(rng() % 9);
+    pool.ParallelFor(n, Schedule::kStatic, [&](int i) { total.fetch_add(i + 1); });
+    expected += static_cast<long>(n) * (n + 1) / 2;
+    if (r % 100 == 0) std::this_thread::sleep_for(std::chrono::microseconds(3 * ThreadPool::kSpinMicroseconds));
+  }
+  EXPECT_EQ(total.load(), expected);
+}
+
+TEST(ThreadPoolTest, NoPoolMeansTheCallingThreadAlone) {
+  ASSERT_EQ(CurrentThreadPool(), nullptr);
+  std::vector<int> seen;
+  ParallelFor(5, Schedule::kDynamic, [&](int i) { seen.push_back(i); });  // no lock needed
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+  size_t covered = 0;
+  ParallelForRanges(17, [&](size_t begin, size_t end) { covered += end - begin; });
+  EXPECT_EQ(covered, 17u);
+  ThreadPool pool(2);
+  {
+    const ScopedThreadPool use(&pool);
+    EXPECT_EQ(CurrentThreadPool(), &pool);
+  }
+  EXPECT_EQ(CurrentThreadPool(), nullptr);
+}
+
+TEST(ThreadPoolTest, RangesCoverEveryElementOnce) {
+  ThreadPool pool(3);
+  const ScopedThreadPool use(&pool);
+  for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{4099}}) {
+    std::vector<std::atomic<int>> hits(count);
+    ParallelForRanges(count, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+    });
+    for (auto& h : hits) EXPECT_EQ(h.load(), 1) << count;
+  }
+}
+
+TEST(ThreadPoolTest, KernelOnAPoolEqualsOneThread) {
+  // RmsNorm on 37 rows of 333 random values: each row is computed alone, so the pool's
+  // result must equal the single-threaded one bit for bit.
+  const int rows = 37, n = 333;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> x(static_cast<size_t>(rows) * n), weight(n);
+  for (float& v : x) v = dist(rng);
+  for (float& v : weight) v = dist(rng);
+  std::vector<float> alone(x.size()), pooled(x.size());
+  RmsNorm(x.data(), weight.data(), rows, n, 1e-5f, alone.data());
+  ThreadPool pool(3);
+  {
+    const ScopedThreadPool use(&pool);
+    RmsNorm(x.data(), weight.data(), rows, n, 1e-5f, pooled.data());
+  }
+  EXPECT_EQ(alone, pooled);
+}
+
+}  // namespace
+}  // namespace hetero
