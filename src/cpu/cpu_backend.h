@@ -1,6 +1,6 @@
 // The CPU backend: the llama/qwen2 transformer in f32 activations, matrix products through
-// oneDNN and the native quantized kernels (see linear.h), a paged f32 KV cache, OpenMP
-// threads shared by oneDNN and our kernels.
+// oneDNN and the native quantized kernels (see linear.h), a paged f32 KV cache, a thread
+// pool for our kernels (oneDNN threads itself with OpenMP).
 #ifndef HETERO_CPU_CPU_BACKEND_H_
 #define HETERO_CPU_CPU_BACKEND_H_
 
@@ -36,7 +36,7 @@ int DefaultCpuThreads();
 bool CpuHasBf16Matmul();
 
 struct CpuBackendOptions {
-  int threads = DefaultCpuThreads();  // OpenMP threads for this backend's work (set on each thread that calls it)
+  int threads = DefaultCpuThreads();  // threads of this backend's pool (and of oneDNN's OpenMP team)
   CpuPrecision precision = CpuPrecision::kAuto;
   int max_sequences = 8;
   int kv_block_tokens = 16;

@@ -69,7 +69,7 @@ struct QuantizedWeights {
 };
 
 // y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` and outputs j in [0, w.n),
-// split over the OpenMP threads.
+// split over the current thread pool (thread_pool.h).
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy);
 
 // Rows [row_begin, row_end) of `w` as bf16 (round to nearest even), row-major n x k: the
