@@ -265,7 +265,9 @@ TEST(ModelFileFaultTest, FileChangingWhileReadIsAClearError) {
   {
     internal::TestHooks hooks;
     hooks.model_file_read = [&](size_t, size_t) {
-      if (reads++ == 0) ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size / 2)), 0);
+      if (reads++ == 0) {
+        ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(size / 2)), 0);
+      }
     };
     ScopedTestHooks scoped(std::move(hooks));
     auto model = Model::Load(path);

@@ -1,7 +1,7 @@
-// ThreadPool: every index runs exactly once (static and dynamic shares, awkward counts and
-// team sizes), loops started while one runs (nested, or from another thread) still run
-// completely, many short loops in a row lose no wake-up, and kernels on a pool give the
-// results they give on one thread.
+// ThreadPool: every index runs exactly once (static and dynamic chunks, awkward counts and
+// team sizes), a static chunk runs on one thread, loops started while one runs (nested, or
+// from another thread) still run completely, many short loops in a row lose no wake-up, and
+// kernels on a pool give the results they give on one thread.
 #include "src/cpu/thread_pool.h"
 
 #include <atomic>
@@ -49,16 +49,47 @@ TEST(ThreadPoolTest, EveryIndexRunsOnceForEachScheduleAndSize) {
   }
 }
 
-TEST(ThreadPoolTest, StaticSharesAreContiguousPerThread) {
+TEST(ThreadPoolTest, StaticChunksRunWhollyOnOneThread) {
   ThreadPool pool(3);
   const int n = 10;
-  std::vector<std::thread::id> owner(n);
-  pool.ParallelFor(n, Schedule::kStatic, [&](int i) { owner[static_cast<size_t>(i)] = std::this_thread::get_id(); });
-  // Shares [0,3) [3,6) [6,10): thread t takes indices n*t/3 .. n*(t+1)/3.
-  for (int i : {1, 2}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[0]);
-  for (int i : {4, 5}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[3]);
-  for (int i : {7, 8, 9}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[6]);
-  EXPECT_EQ(owner[0], std::this_thread::get_id());  // the caller takes the first share
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::thread::id> owner(n);
+    pool.ParallelFor(n, Schedule::kStatic, [&](int i) { owner[static_cast<size_t>(i)] = std::this_thread::get_id(); });
+    // Chunks [0,3) [3,6) [6,10): whichever thread claims one runs all of it.
+    for (int i : {1, 2}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[0]);
+    for (int i : {4, 5}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[3]);
+    for (int i : {7, 8, 9}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[6]);
+  }
+}
+
+TEST(ThreadPoolTest, CallerAloneFinishesALoopWhoseWorkersAreAsleep) {
+  // The workers sleep after their spin; the caller claims chunks too, so the loop ends
+  // whether or not they wake in time, and every index still runs once.
+  ThreadPool pool(4);
+  for (int round = 0; round < 20; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(4 * ThreadPool::kSpinMicroseconds));
+    Visits visits(64);
+    pool.ParallelFor(64, round % 2 ? Schedule::kStatic : Schedule::kDynamic, [&](int i) { visits.Visit(i); });
+    for (auto& c : visits.counts) ASSERT_EQ(c.load(), 1);
+  }
+}
+
+TEST(ThreadPoolTest, WorkersTakePartAfterSleeping) {
+  // Two indices that each wait for the other to start: only two threads at once finish
+  // them, so a worker must wake (from sleep: the pause outlasts its spin) and claim one.
+  ThreadPool pool(2);
+  for (int round = 0; round < 20; ++round) {
+    std::this_thread::sleep_for(std::chrono::microseconds(4 * ThreadPool::kSpinMicroseconds));
+    std::atomic<int> started{0};
+    std::atomic<int> met{0};
+    pool.ParallelFor(2, Schedule::kDynamic, [&](int) {
+      started.fetch_add(1);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      if (started.load() == 2) met.fetch_add(1);
+    });
+    ASSERT_EQ(met.load(), 2) << "round " << round << ": the worker did not take part";
+  }
 }
 
 TEST(ThreadPoolTest, NestedLoopRunsOnItsCallingThread) {

@@ -201,7 +201,9 @@ TEST_F(UnderstandGateTest, ToolRoutesCallTheToolAndResultsAreScanned) {
     for (const ChatMessage& m : (*session)->messages()) {
       if (m.role == "tool") tool_message = m.content;
     }
-    if (policy == InjectionPolicy::kFlag) EXPECT_EQ(tool_message, poisoned);
+    if (policy == InjectionPolicy::kFlag) {
+      EXPECT_EQ(tool_message, poisoned);
+    }
     if (policy == InjectionPolicy::kStrip) {
       EXPECT_THAT(tool_message, HasSubstr("[removed]"));
       EXPECT_THAT(tool_message, ::testing::Not(HasSubstr("<|im_start|>")));

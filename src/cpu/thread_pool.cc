@@ -32,88 +32,91 @@ bool SpinUntil(Done done) {
   }
 }
 
+constexpr uint64_t kLow32 = 0xffffffffu;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
   workers_.reserve(static_cast<size_t>(threads_ - 1));
-  for (int participant = 1; participant < threads_; ++participant) {
-    workers_.emplace_back([this, participant] { WorkerMain(participant); });
-  }
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { WorkerMain(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
     epoch_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::Work(Loop& loop, int participant) const {
-  if (loop.schedule == Schedule::kStatic) {
-    const int64_t n = loop.n;
-    const int begin = static_cast<int>(n * participant / threads_);
-    const int end = static_cast<int>(n * (participant + 1) / threads_);
-    for (int i = begin; i < end; ++i) loop.body(i);
-    return;
-  }
-  for (int i = loop.next.fetch_add(1, std::memory_order_relaxed); i < loop.n;
-       i = loop.next.fetch_add(1, std::memory_order_relaxed)) {
-    loop.body(i);
+void ThreadPool::Help() noexcept {
+  uint64_t word = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    const uint32_t next = static_cast<uint32_t>(word & kLow32);
+    const uint32_t chunks = static_cast<uint32_t>(word >> 32);
+    if (next >= chunks) return;
+    if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      continue;  // `word` now holds the current value
+    }
+    // Chunk `next` is ours: the loop it belongs to stays until it is done.
+    const int64_t n = n_;
+    const int begin = static_cast<int>(n * next / chunks);
+    const int end = static_cast<int>(n * (next + 1) / chunks);
+    for (int i = begin; i < end; ++i) body_(i);
+    // Sequentially consistent with caller_waiting_: either the caller sees this count or
+    // this thread sees the caller asleep and wakes it.
+    if (completed_.fetch_add(1) + 1 == static_cast<int>(chunks) && caller_waiting_.load()) {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      done_.notify_one();
+    }
+    word = claim_.load(std::memory_order_acquire);
   }
 }
 
-void ThreadPool::Run(int n, Schedule schedule, Callback body) {
+void ThreadPool::Run(int n, Schedule schedule, Callback body) noexcept {
   bool idle = false;
   if (n <= 1 || threads_ == 1 || !busy_.compare_exchange_strong(idle, true, std::memory_order_acquire)) {
     for (int i = 0; i < n; ++i) body(i);
     return;
   }
-  Loop loop;
-  loop.n = n;
-  loop.schedule = schedule;
-  loop.body = body;
-  unfinished_.store(threads_ - 1, std::memory_order_relaxed);
+  const int chunks = schedule == Schedule::kStatic ? std::min(n, threads_) : n;
+  n_ = n;
+  body_ = body;
+  completed_.store(0, std::memory_order_relaxed);
+  claim_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
+  bool sleeping;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    loop_ = &loop;
     epoch_.fetch_add(1, std::memory_order_release);
-    if (sleepers_ > 0) wake_.notify_all();
+    sleeping = sleepers_ > 0;
   }
-  Work(loop, 0);
-  const auto all_done = [this] { return unfinished_.load(std::memory_order_acquire) == 0; };
+  if (sleeping) wake_.notify_all();  // after unlocking: the woken do not block on mu_
+  Help();
+  const auto all_done = [this, chunks] { return completed_.load() == chunks; };
   if (!SpinUntil(all_done)) {
     std::unique_lock<std::mutex> lock(done_mu_);
+    caller_waiting_.store(true);
     done_.wait(lock, all_done);
+    caller_waiting_.store(false);
   }
   busy_.store(false, std::memory_order_release);
 }
 
-void ThreadPool::WorkerMain(int participant) {
+void ThreadPool::WorkerMain() {
   uint32_t seen = 0;
   for (;;) {
-    const auto published = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
-    if (!SpinUntil(published)) {
+    const auto moved = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
+    if (!SpinUntil(moved)) {
       std::unique_lock<std::mutex> lock(mu_);
       ++sleepers_;
-      wake_.wait(lock, published);
+      wake_.wait(lock, moved);
       --sleepers_;
     }
     seen = epoch_.load(std::memory_order_acquire);
-    Loop* loop;
-    {
-      // The loop and stop_ were written under mu_ before the epoch moved.
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-      loop = loop_;
-    }
-    Work(*loop, participant);
-    if (unfinished_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(done_mu_);
-      done_.notify_one();
-    }
+    if (stop_.load()) return;
+    Help();
   }
 }
 

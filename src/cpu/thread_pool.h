@@ -5,8 +5,13 @@
 // process starts. On cores shared with other processes (CI, a host running other
 // services), a thread spinning at a barrier burns the slice that the thread it waits for
 // needs, and a decode step has ~200 barriers: the engine slowed down 20x and more under
-// contention (docs/PERFORMANCE.md). Here a waiting thread spins for at most
-// kSpinMicroseconds, then sleeps on a condition variable.
+// contention (docs/PERFORMANCE.md). Here:
+//  - a waiting thread spins for at most kSpinMicroseconds, then sleeps;
+//  - a loop is cut into chunks that every thread claims as it comes (the calling thread
+//    too), so a loop waits only for chunks being run, never for a worker that has not
+//    woken yet: a descheduled worker's share is done by whoever is running.
+// Which thread runs which chunk varies; the kernels' iterations are independent, so their
+// results do not.
 //
 // oneDNN (the f32 and bf16 precision modes) still threads itself with OpenMP.
 #ifndef HETERO_CPU_THREAD_POOL_H_
@@ -15,6 +20,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -25,8 +31,8 @@ namespace hetero {
 
 class ThreadPool {
  public:
-  // How the indices of a loop are shared: kStatic gives thread t the t-th contiguous
-  // share (for equal costs); kDynamic hands them out one at a time (for uneven costs).
+  // How a loop is cut: kStatic into one contiguous chunk per thread (for equal costs),
+  // kDynamic into single indices (for uneven costs).
   enum class Schedule { kStatic, kDynamic };
   // Spin this long for work (or for the others to finish) before sleeping.
   static constexpr int kSpinMicroseconds = 50;
@@ -46,7 +52,7 @@ class ThreadPool {
   void ParallelFor(int n, Schedule schedule, Body&& body) {
     using Decayed = std::remove_reference_t<Body>;
     const auto call = [](const void* object, int i) { (*static_cast<Decayed*>(const_cast<void*>(object)))(i); };
-    Run(n, schedule, Callback{&body, call});
+    Run(n, schedule, Callback{std::addressof(body), call});
   }
 
  private:
@@ -55,28 +61,33 @@ class ThreadPool {
     void (*call)(const void* object, int i);
     void operator()(int i) const { call(object, i); }
   };
-  struct Loop {
-    int n = 0;
-    Schedule schedule = Schedule::kStatic;
-    Callback body{};
-    std::atomic<int> next{0};  // kDynamic: the next index to hand out
-  };
 
-  void Run(int n, Schedule schedule, Callback body);
-  void Work(Loop& loop, int participant) const;
-  void WorkerMain(int participant);
+  // noexcept: a body that throws ends the process (as in an OpenMP region), rather than
+  // leaving other threads running chunks of a loop whose caller has unwound.
+  void Run(int n, Schedule schedule, Callback body) noexcept;
+  // Claims and runs chunks of the current loop until none is left.
+  void Help() noexcept;
+  void WorkerMain();
 
   const int threads_;
-  std::atomic<bool> busy_{false};       // a loop is running
-  Loop* loop_ = nullptr;                // written before epoch_ moves, read after
-  std::atomic<uint32_t> epoch_{0};      // moves once per loop (and at shutdown)
-  std::atomic<int> unfinished_{0};      // workers still inside the current loop
-  bool stop_ = false;                   // under mu_
-  int sleepers_ = 0;                    // workers asleep on wake_, under mu_
+  std::atomic<bool> busy_{false};  // a loop is running
+  // The current loop: written by its caller before claim_ opens it, read by a thread only
+  // after it claimed one of its chunks (the loop cannot end before that chunk does).
+  int n_ = 0;
+  Callback body_{};
+  // (chunks << 32) | next unclaimed chunk. A claim is a compare-and-swap of the whole word,
+  // so a stale word from an earlier loop can only succeed where it names this loop's next
+  // chunk exactly.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> completed_{0};          // chunks of the current loop run to the end
+  std::atomic<bool> caller_waiting_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> epoch_{0};         // moves once per loop (and at shutdown): wakes workers
+  int sleepers_ = 0;                       // workers asleep on wake_, under mu_
   std::mutex mu_;
-  std::condition_variable wake_;        // a loop was published (or stop)
+  std::condition_variable wake_;
   std::mutex done_mu_;
-  std::condition_variable done_;        // the last worker left the loop
+  std::condition_variable done_;           // the last chunk ended while the caller slept
   std::vector<std::thread> workers_;
 };
 
