@@ -110,7 +110,7 @@ int RunRouteBench(const RouteBenchOptions& o) {
       per_intent[tests[i]->intent].second += 1;
     }
     const int correct = static_cast<int>(std::count(hits->begin(), hits->end(), true));
-    const double accuracy = share(*hits);
+    const double accuracy = static_cast<double>(correct) / static_cast<double>(tests.size());
     report["accuracy"][c.name] = accuracy;
     if (!o.json) std::printf("accuracy, %-24s %5.1f%% (%d of %zu held-out lines)\n", c.name, 100 * accuracy, correct, tests.size());
   }

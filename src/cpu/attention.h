@@ -3,9 +3,10 @@
 // over the current thread pool (thread_pool.h). A row's result depends only on its query
 // and its sequence's keys, never on which other rows share the pass, so a prompt encoded
 // in one pass, in chunks, or after attaching shared KV blocks gives bit-identical outputs
-// (with the native quantized matmuls, whose rows are independent too). This replaced oneDNN matmuls for
-// prompt chunks, whose summation order changed with the chunk's row count; the per-row
-// kernel was also faster at every prompt length measured (docs/PERFORMANCE.md).
+// (with the native quantized matmuls, whose rows are independent too). This replaced
+// oneDNN matmuls for prompt chunks, whose summation order changed with the chunk's row
+// count; the per-row kernel was also faster at every prompt length measured
+// (docs/PERFORMANCE.md).
 #ifndef HETERO_CPU_ATTENTION_H_
 #define HETERO_CPU_ATTENTION_H_
 

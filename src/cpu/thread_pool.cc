@@ -44,7 +44,7 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     epoch_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
@@ -68,7 +68,7 @@ void ThreadPool::Help() noexcept {
     // Sequentially consistent with caller_waiting_: either the caller sees this count or
     // this thread sees the caller asleep and wakes it.
     if (completed_.fetch_add(1) + 1 == static_cast<int>(chunks) && caller_waiting_.load()) {
-      std::lock_guard<std::mutex> lock(done_mu_);
+      MutexLock lock(&done_mu_);
       done_.notify_one();
     }
     word = claim_.load(std::memory_order_acquire);
@@ -88,7 +88,7 @@ void ThreadPool::Run(int n, Schedule schedule, Callback body) noexcept {
   claim_.store(static_cast<uint64_t>(chunks) << 32, std::memory_order_release);
   bool sleeping;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     epoch_.fetch_add(1, std::memory_order_release);
     sleeping = sleepers_ > 0;
   }
@@ -96,9 +96,9 @@ void ThreadPool::Run(int n, Schedule schedule, Callback body) noexcept {
   Help();
   const auto all_done = [this, chunks] { return completed_.load() == chunks; };
   if (!SpinUntil(all_done)) {
-    std::unique_lock<std::mutex> lock(done_mu_);
+    MutexLock lock(&done_mu_);
     caller_waiting_.store(true);
-    done_.wait(lock, all_done);
+    Await(done_, done_mu_, all_done);
     caller_waiting_.store(false);
   }
   busy_.store(false, std::memory_order_release);
@@ -109,9 +109,9 @@ void ThreadPool::WorkerMain() {
   for (;;) {
     const auto moved = [&] { return epoch_.load(std::memory_order_acquire) != seen; };
     if (!SpinUntil(moved)) {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       ++sleepers_;
-      wake_.wait(lock, moved);
+      Await(wake_, mu_, moved);
       --sleepers_;
     }
     seen = epoch_.load(std::memory_order_acquire);

@@ -21,11 +21,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "src/runtime/sync.h"
 
 namespace hetero {
 
@@ -83,10 +85,10 @@ class ThreadPool {
   std::atomic<bool> caller_waiting_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint32_t> epoch_{0};         // moves once per loop (and at shutdown): wakes workers
-  int sleepers_ = 0;                       // workers asleep on wake_, under mu_
-  std::mutex mu_;
+  Mutex mu_;
+  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;  // workers asleep on wake_
   std::condition_variable wake_;
-  std::mutex done_mu_;
+  Mutex done_mu_;
   std::condition_variable done_;           // the last chunk ended while the caller slept
   std::vector<std::thread> workers_;
 };
