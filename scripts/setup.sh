@@ -16,13 +16,18 @@ case "${1:-}" in
   *) echo "usage: $0 [--packages|--model]" >&2; exit 2 ;;
 esac
 
-# Everything the build, the tests, the benchmarks and the fuzzers need. All from Debian 12.
+# Everything the build, the tests, the benchmarks and the fuzzers need, from a minimal
+# Debian 12 root (scripts/fresh-machine-check.sh proves it). Installed without Recommends,
+# so a package another one's build files need is named here even when it is "only" a
+# Recommends:
+#   ocl-icd-opencl-dev  oneDNN's CMake config (dnnl-config.cmake) runs find_package(OpenCL)
+#   gdb                 the CLI tests' watchdog prints every thread's stack on a hang
 packages=(
   build-essential cmake ninja-build make pkg-config binutils ca-certificates
   python3 python3-pip python3-pytest
-  libabsl-dev libdnnl-dev nlohmann-json3-dev libpcre2-dev
+  libabsl-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev gdb
 )
 
 install_packages() {
