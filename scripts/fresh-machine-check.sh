@@ -5,7 +5,10 @@
 # untracked leaks in), and runs the README's commands inside it as root, timing each.
 # Fails on the first command that fails, naming what was missing where the log says.
 #
-#   scripts/fresh-machine-check.sh [--keep] [--commit REV]
+#   scripts/fresh-machine-check.sh [--keep] [--commit REV] [--also CMD]...
+#
+# --also CMD runs CMD in the same root after the README's commands, timed like them (CI runs
+# its fuzzing, sanitizer and soak steps so, which proves their packages come from setup.sh).
 #
 # Needs root and a Debian host (mmdebstrap is installed on the host when absent).
 # Environment:
@@ -24,11 +27,13 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 keep=0
 commit=HEAD
+also=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) keep=1 ;;
-    --commit) commit="$2"; shift ;;
-    *) echo "usage: $0 [--keep] [--commit REV]" >&2; exit 2 ;;
+    --commit) [ $# -ge 2 ] || { echo "$0: --commit needs a revision" >&2; exit 2; }; commit="$2"; shift ;;
+    --also) [ $# -ge 2 ] || { echo "$0: --also needs a command" >&2; exit 2; }; also+=("$2"); shift ;;
+    *) echo "usage: $0 [--keep] [--commit REV] [--also CMD]..." >&2; exit 2 ;;
   esac
   shift
 done
@@ -112,39 +117,40 @@ if [ -d /usr/local/share/ca-certificates ]; then
 fi
 say "carried from the host: resolv.conf and $carried_certs local CA certificate(s) (network only)"
 
-cache_mount=""
-if [ -n "${HETERO_FRESH_APT_CACHE:-}" ]; then
-  mkdir -p "$HETERO_FRESH_APT_CACHE/partial"
+cache_dir="${HETERO_FRESH_APT_CACHE:-}"
+if [ -n "$cache_dir" ]; then
+  mkdir -p "$cache_dir/partial"
   # apt's own cleaning would empty the cache otherwise.
   echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >"$root/etc/apt/apt.conf.d/10keep-debs"
-  cache_mount="mount --bind '$HETERO_FRESH_APT_CACHE' '$root/var/cache/apt/archives'"
-  say "apt .deb cache: $HETERO_FRESH_APT_CACHE ($(find "$HETERO_FRESH_APT_CACHE" -maxdepth 1 -name '*.deb' | wc -l) files); package lists are fetched anew"
+  say "apt .deb cache: $cache_dir ($(find "$cache_dir" -maxdepth 1 -name '*.deb' | wc -l) files); package lists are fetched anew"
 else
   say "apt .deb cache: none (every package is downloaded)"
 fi
 
-# Each README command runs in a private mount and PID namespace (so no mount outlives it and
-# no process is left behind), chrooted, with a login's bare environment: nothing of this
-# host's PATH, Python or pip settings.
+# Each command runs in a private mount and PID namespace (so no mount outlives it and no
+# process is left behind), chrooted, with a login's bare environment: nothing of this host's
+# PATH, Python or pip settings. Arguments: root, command, apt cache folder (may be empty).
+in_namespace='
+  set -e
+  root="$1" cmd="$2" cache="$3"
+  mount -t proc proc "$root/proc"
+  mount --rbind /sys "$root/sys"
+  mount --rbind /dev "$root/dev"
+  mount -t tmpfs tmpfs "$root/tmp"
+  [ -z "$cache" ] || mount --bind "$cache" "$root/var/cache/apt/archives"
+  exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /root/hetero && eval \"\$1\"" step "$cmd"'
 run_in_root() {
   local cmd="$1" log="$2"
-  unshare --mount --pid --fork --propagation private bash -c "
-    set -e
-    mount -t proc proc '$root/proc'
-    mount --rbind /sys '$root/sys'
-    mount --rbind /dev '$root/dev'
-    mount -t tmpfs tmpfs '$root/tmp'
-    $cache_mount
-    exec chroot '$root' /usr/bin/env -i HOME=/root TERM=dumb \
-      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-      bash -c 'cd /root/hetero && $cmd'
-  " 2>&1 | tee "$log"
+  unshare --mount --pid --fork --propagation private \
+    bash -c "$in_namespace" in-namespace "$root" "$cmd" "$cache_dir" 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }
 
 summary=()
 step=0
-for cmd in "${readme_commands[@]}"; do
+for cmd in "${readme_commands[@]}" "${also[@]}"; do
   step=$((step + 1))
   log="$work/step$step.log"
   say "running: $cmd"
@@ -165,6 +171,6 @@ for cmd in "${readme_commands[@]}"; do
   fi
 done
 
-say "passed on a fresh Debian 12 root (commit ${rev:0:12}, CPU:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)):"
+say "passed in a fresh Debian 12 root (commit ${rev:0:12}, CPU:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)):"
 printf '%s\n' "${summary[@]}" | sed 's/^/fresh-machine-check:   /'
 say "total $(( $(date +%s) - t0 )) s"
