@@ -22,12 +22,14 @@ esac
 # Recommends:
 #   ocl-icd-opencl-dev  oneDNN's CMake config (dnnl-config.cmake) runs find_package(OpenCL)
 #   gdb                 the CLI tests' watchdog prints every thread's stack on a hang
+#   libomp-dev          clang's OpenMP: the fuzz, asan and tsan presets (clang) need it, as
+#                       the default preset (gcc) needs libgomp, for find_package(OpenMP)
 packages=(
   build-essential cmake ninja-build make pkg-config binutils ca-certificates
   python3 python3-pip python3-pytest
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
-  clang libclang-rt-14-dev gdb
+  clang libclang-rt-14-dev libomp-dev gdb
 )
 
 install_packages() {
