@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "hetero/engine.h"
 #include "hetero/model.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/default_model.h"
 
 namespace hetero {
@@ -19,6 +20,9 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::Eq;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 constexpr char kSchema[] = R"({"type": "object", "properties": {"topic": {"type": "string", "maxLength": 20}},
                                "required": ["topic"]})";
@@ -102,6 +106,83 @@ TEST(AgentLoopTest, BadToolsDoNotBreakTheSession) {
   RunOptions plain;
   plain.max_tokens = 8;
   EXPECT_TRUE((*session)->Run("Thanks.", plain).ok());
+}
+
+std::shared_ptr<ToolRegistry> AddTool() {
+  auto tools = std::make_shared<ToolRegistry>();
+  Tool add;
+  add.name = "add";
+  add.description = "Adds two numbers.";
+  add.parameters_json = R"({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                            "required": ["a", "b"]})";
+  add.handler = [](const std::string& arguments) -> absl::StatusOr<std::string> {
+    const nlohmann::json j = nlohmann::json::parse(arguments);  // validated against the schema
+    return nlohmann::json(j.at("a").get<double>() + j.at("b").get<double>()).dump();
+  };
+  EXPECT_TRUE(tools->Register(add).ok());
+  return tools;
+}
+
+void ExpectNoEnvelopeInHistory(const Session& session) {
+  for (const ChatMessage& m : session.messages()) {
+    EXPECT_THAT(m.content, Not(HasSubstr("\"response\""))) << m.role << ": " << m.content;
+    EXPECT_THAT(m.content, Not(HasSubstr("\"tool_calls\""))) << m.role << ": " << m.content;
+  }
+}
+
+// One session, runs with and without tools in each order. The conversation keeps answers and
+// calls, never the generic format's reply envelope: a run without tools answers in plain text
+// (it used to answer '{"response": "Paris"}' after a run with tools), and a run with tools
+// after one with tools is shown the earlier turns as generated, so their KV is reused.
+TEST(AgentLoopTest, RunsWithAndWithoutToolsInOneSession) {
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
+  EngineOptions o;
+  o.threads = 2;
+  o.kv_capacity_tokens = 8192;
+  auto engine = Engine::Create(kDefaultModelPath, o);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  RunOptions with_tools;
+  with_tools.max_tokens = 64;
+  with_tools.tool_registry = AddTool();
+  with_tools.max_tool_rounds = 2;
+  RunOptions plain;
+  plain.max_tokens = 16;
+
+  auto session = (*engine)->NewSession();
+  ASSERT_TRUE(session.ok());
+  auto tools_first = (*session)->Run("What is 2.5 plus 4?", with_tools);
+  ASSERT_TRUE(tools_first.ok()) << tools_first.status();
+  EXPECT_EQ(tools_first->report.tool_format, "generic");
+  EXPECT_THAT(tools_first->text, Not(StartsWith("{"))) << "the answer, out of its envelope";
+  ExpectNoEnvelopeInHistory(**session);
+  auto tools_again = (*session)->Run("And 3 plus 4?", with_tools);
+  ASSERT_TRUE(tools_again.ok()) << tools_again.status();
+  EXPECT_GE(tools_again->report.reused_prompt_tokens, tools_first->report.prompt_tokens)
+      << "the earlier turns are shown as generated: all of the last prompt's KV is reused";
+  auto plain_after = (*session)->Run("What is the capital of France? Answer in one word.", plain);
+  ASSERT_TRUE(plain_after.ok()) << plain_after.status();
+  EXPECT_THAT(plain_after->text, Not(HasSubstr("{\""))) << "no envelope without tools";
+  auto empty_after = (*session)->Run("", plain);
+  ASSERT_TRUE(empty_after.ok()) << empty_after.status();
+  EXPECT_THAT(empty_after->text, Not(StartsWith("{\"")));
+  ExpectNoEnvelopeInHistory(**session);
+
+  // The other order: plain first, then tools (the plain answer is shown in its envelope).
+  auto other = (*engine)->NewSession();
+  ASSERT_TRUE(other.ok());
+  auto plain_first = (*other)->Run("What is the capital of France? Answer in one word.", plain);
+  ASSERT_TRUE(plain_first.ok()) << plain_first.status();
+  auto tools_after = (*other)->Run("What is 2.5 plus 4?", with_tools);
+  ASSERT_TRUE(tools_after.ok()) << tools_after.status();
+  EXPECT_EQ(tools_after->report.tool_format, "generic");
+  EXPECT_THAT(tools_after->text, Not(StartsWith("{")));
+  ExpectNoEnvelopeInHistory(**other);
+  const std::vector<ChatMessage> history = (*other)->messages();
+  bool structured_call = false;
+  for (const ChatMessage& m : history) structured_call |= !m.tool_calls.empty();
+  if (!tools_after->report.tool_calls.empty()) {
+    EXPECT_TRUE(structured_call) << "the call turn keeps its calls as ToolCall entries";
+  }
 }
 
 }  // namespace

@@ -77,6 +77,7 @@ struct Session::State {
   Mutex mu;
   bool running ABSL_GUARDED_BY(mu) = false;
   std::vector<ChatMessage> messages ABSL_GUARDED_BY(mu);
+  internal::GeneratedTurns generated ABSL_GUARDED_BY(mu);  // assistant turns as generated with tools
   Clock::time_point last_used ABSL_GUARDED_BY(mu);
   // Touched by the running task without the lock (running guards it), and by eviction
   // under the lock when not running.
@@ -417,12 +418,14 @@ int Session::kv_tokens() const {
 absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const RunOptions& options) {
   State& s = *state_;
   std::vector<ChatMessage> messages;
+  internal::GeneratedTurns generated;
   {
     MutexLock lock(&s.mu);
     if (s.running) return absl::FailedPreconditionError("a Run is already in progress on this session");
     s.running = true;
     s.cancelled = false;
     messages = s.messages;
+    generated = s.generated;
   }
   messages.push_back(ChatMessage{"user", user_message, {}, "", ""});
   TaskContext task;
@@ -433,6 +436,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   if (options.timeout.count() > 0) task.deadline = task.start + options.timeout;
   task.cancelled = &s.cancelled;
   task.messages = &messages;
+  task.generated = &generated;
   task.kv = &s.kv;
 
   const ToolRegistry* registry = options.tool_registry.get();
@@ -506,7 +510,10 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
       answer = task.reply;
     }
     if (!tool) {
-      messages.push_back(ChatMessage{"assistant", task.reply});
+      // With tools, the conversation keeps the answer, not the reply format around it; the
+      // reply as generated is kept aside for later runs in the same format.
+      if (registry != nullptr) generated[messages.size()] = {task.tool_format, task.reply};
+      messages.push_back(ChatMessage{"assistant", registry != nullptr ? answer : task.reply});
       break;
     }
     status = RunStage(task, Stage::kToolCall, [&] { return ToolCallStage().Run(task); });
@@ -530,6 +537,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
       ReleaseSessionKv(*s.engine, s.kv);
     } else {
       s.messages = std::move(messages);
+      s.generated = std::move(generated);
     }
   }
   // The session's KV is now free or evictable: a job waiting for memory may go.

@@ -18,6 +18,7 @@
 #include "src/runtime/device_worker.h"
 #include "src/runtime/tools/json_matcher.h"
 #include "src/runtime/tools/tool_call_constraint.h"
+#include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
 
@@ -50,6 +51,7 @@ struct TaskContext {
   std::optional<Clock::time_point> deadline;
   const std::atomic<bool>* cancelled = nullptr;
   std::vector<ChatMessage>* messages = nullptr;  // the conversation, including the new turn
+  internal::GeneratedTurns* generated = nullptr;  // its assistant turns as generated with tools
   SessionKv* kv = nullptr;
   TaskReport report;
 

@@ -21,16 +21,14 @@ absl::StatusOr<std::vector<ChatMessage>> RunTools(TaskContext& task) {
   std::vector<internal::ToolRunResult> runs = internal::RunToolCalls(
       *options.tool_registry, task.parsed.calls, task.tool_round, options.max_tool_result_bytes, task.cancelled);
   if (task.cancelled != nullptr && task.cancelled->load()) return absl::CancelledError("cancelled during a tool call");
-  ChatMessage assistant{"assistant", task.reply};
-  if (task.tool_format != ToolCallFormat::kGeneric) {
-    // The template writes the calls in its own syntax.
-    assistant.content = task.parsed.text;
-    for (size_t i = 0; i < task.parsed.calls.size(); ++i) {
-      const ParsedToolCall& call = task.parsed.calls[i];
-      if (!call.error.empty()) continue;
-      assistant.tool_calls.push_back({absl::StrCat("call_", task.tool_round, "_", i), call.name, call.arguments_json});
-      if (task.tool_format == ToolCallFormat::kLlama3) break;  // one call per Llama 3.1 turn
-    }
+  // The turn's text and calls, in no format's syntax (the conversation renders them for each
+  // run); the reply as generated is kept aside by the caller.
+  ChatMessage assistant{"assistant", task.parsed.text};
+  for (size_t i = 0; i < task.parsed.calls.size(); ++i) {
+    const ParsedToolCall& call = task.parsed.calls[i];
+    if (!call.error.empty()) continue;
+    assistant.tool_calls.push_back({absl::StrCat("call_", task.tool_round, "_", i), call.name, call.arguments_json});
+    if (task.tool_format == ToolCallFormat::kLlama3) break;  // one call per Llama 3.1 turn
   }
   out.push_back(std::move(assistant));
   const SafetyGate* safety = options.safety.get();
@@ -96,6 +94,9 @@ absl::Status ToolCallStage::Run(TaskContext& task) {
   }
   if (!results.ok()) {
     return absl::Status(results.status().code(), absl::StrCat("tool: ", results.status().message()));
+  }
+  if (task.options->tool_registry != nullptr && task.generated != nullptr) {
+    (*task.generated)[task.messages->size()] = {task.tool_format, task.reply};  // the assistant turn, first
   }
   for (ChatMessage& m : *results) task.messages->push_back(std::move(m));
 

@@ -57,14 +57,23 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   const auto start = Clock::now();
   std::string prompt;
   const ToolRegistry* tools = task.options->tool_registry.get();
+  // The conversation is rendered for this run's form (its tools' format, or none), whatever
+  // form earlier runs had.
+  const ChatTemplate& chat = services.chat_template();
+  static const internal::GeneratedTurns kNoneGenerated;
+  const internal::GeneratedTurns& generated = task.generated != nullptr ? *task.generated : kNoneGenerated;
   if (tools == nullptr) {
-    HETERO_ASSIGN_OR_RETURN(prompt, services.chat_template().Render(*task.messages, {}, /*add_generation_prompt=*/true));
-  } else if (internal::TemplateDescribesTools(services.chat_template(), task.tool_format)) {
-    HETERO_ASSIGN_OR_RETURN(prompt, services.chat_template().Render(*task.messages, tools->Definitions(), true));
+    HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(internal::ConversationWithoutTools(*task.messages, chat), {},
+                                                /*add_generation_prompt=*/true));
+  } else if (internal::TemplateDescribesTools(chat, task.tool_format)) {
+    HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(internal::ConversationInToolFormat(*task.messages, generated, task.tool_format,
+                                                                                   /*template_writes_calls=*/true),
+                                                tools->Definitions(), true));
   } else {
-    const std::vector<ChatMessage> shown =
-        internal::MessagesWithToolPrompt(*task.messages, *tools, task.tool_format, services.chat_template());
-    HETERO_ASSIGN_OR_RETURN(prompt, services.chat_template().Render(shown, {}, /*add_generation_prompt=*/true));
+    const std::vector<ChatMessage> shown = internal::MessagesWithToolPrompt(
+        internal::ConversationInToolFormat(*task.messages, generated, task.tool_format, /*template_writes_calls=*/false),
+        *tools, task.tool_format, chat);
+    HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(shown, {}, /*add_generation_prompt=*/true));
   }
   HETERO_ASSIGN_OR_RETURN(task.prompt_tokens, services.tokenizer().Encode(prompt, /*add_bos=*/false, /*parse_special=*/true));
   if (task.prompt_tokens.empty()) return absl::InvalidArgumentError("the conversation renders to no tokens");

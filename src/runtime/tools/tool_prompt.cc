@@ -1,5 +1,7 @@
 #include "src/runtime/tools/tool_prompt.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -7,6 +9,9 @@
 
 namespace hetero::internal {
 namespace {
+
+// Text a model generated may end inside a UTF-8 sequence: shown again, never a throw.
+constexpr auto kReplaceBadUtf8 = nlohmann::ordered_json::error_handler_t::replace;
 
 // The schema as compact JSON (it was validated at registration, so it parses).
 std::string CompactSchema(const std::string& schema) {
@@ -113,6 +118,66 @@ std::vector<ChatMessage> MessagesWithToolPrompt(const std::vector<ChatMessage>& 
     // Small models copy placeholders, so the reminder names the question, not a format.
     absl::StrAppend(&text, "\nUse these results to answer the question: ", question);
     out.push_back({"user", text});
+  }
+  return out;
+}
+
+std::vector<ChatMessage> ConversationInToolFormat(const std::vector<ChatMessage>& messages,
+                                                  const GeneratedTurns& generated, ToolCallFormat format,
+                                                  bool template_writes_calls) {
+  std::vector<ChatMessage> out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ChatMessage& m = out[i];
+    if (m.role != "assistant") continue;
+    const auto it = generated.find(i);
+    const bool as_generated = it != generated.end() && it->second.format == format;
+    if (template_writes_calls) {
+      // The template writes calls in its own syntax; a turn without calls is its text.
+      if (as_generated && m.tool_calls.empty()) m.content = it->second.text;
+      continue;
+    }
+    if (as_generated) {
+      m.content = it->second.text;
+    } else if (format != ToolCallFormat::kGeneric) {
+      continue;  // no envelope to write: text and calls as they are
+    } else if (!m.tool_calls.empty()) {
+      nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+      for (const ToolCall& call : m.tool_calls) {
+        nlohmann::ordered_json arguments = nlohmann::ordered_json::parse(call.arguments_json, nullptr, false);
+        if (arguments.is_discarded()) arguments = nlohmann::ordered_json::object();
+        calls.push_back({{"name", call.name}, {"arguments", std::move(arguments)}});
+      }
+      m.content = nlohmann::ordered_json{{"tool_calls", std::move(calls)}}.dump(-1, ' ', false, kReplaceBadUtf8);
+    } else {
+      m.content = nlohmann::ordered_json{{"response", m.content}}.dump(-1, ' ', false, kReplaceBadUtf8);
+    }
+    m.tool_calls.clear();  // the envelope holds them
+  }
+  return out;
+}
+
+std::vector<ChatMessage> ConversationWithoutTools(const std::vector<ChatMessage>& messages, const ChatTemplate& chat) {
+  const bool has_tool_turns = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return m.role == "tool" || !m.tool_calls.empty();
+  });
+  if (!has_tool_turns || chat.supports_tools()) return messages;
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool") {
+      std::string text = "Tool results:\n";
+      for (; i < messages.size() && messages[i].role == "tool"; ++i) {
+        absl::StrAppend(&text, messages[i].name.empty() ? "tool" : messages[i].name, ": ", messages[i].content, "\n");
+      }
+      --i;
+      out.push_back({"user", text});
+      continue;
+    }
+    ChatMessage shown{m.role, m.content};
+    for (const ToolCall& call : m.tool_calls) {
+      absl::StrAppend(&shown.content, shown.content.empty() ? "" : "\n", call.name, "(", call.arguments_json, ")");
+    }
+    out.push_back(std::move(shown));
   }
   return out;
 }
