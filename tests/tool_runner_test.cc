@@ -2,11 +2,13 @@
 // throws, one that hangs past its timeout, one that returns 1 MB, unknown tools, invalid
 // arguments and unparsable calls each give the model an error or truncated result and the
 // report the right outcome; valid calls run concurrently.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/tools.h"
@@ -59,7 +61,7 @@ TEST(ToolRunnerTest, FailuresBecomeResults) {
                   .ok());
   ASSERT_TRUE(tools.Register(MakeTool("huge", [](const std::string&) -> absl::StatusOr<std::string> {
                 std::string s(1 << 20, 'a');
-                s.replace(1000, 2, "\xc3\xa9");  // a 2-byte character near the cut
+                s.replace(960, 2, "\xc3\xa9");  // a 2-byte character across the cut (1001 less the note)
                 return s;
               })).ok());
   ParsedToolCall broken;
@@ -87,8 +89,8 @@ TEST(ToolRunnerTest, FailuresBecomeResults) {
   EXPECT_EQ(r[4].report.outcome, "ok");
   EXPECT_TRUE(r[4].report.truncated);
   EXPECT_EQ(r[4].report.result_bytes, size_t{1} << 20);
-  EXPECT_THAT(r[4].content, HasSubstr("[truncated: 1000 of 1048576 bytes shown]"));  // not inside the 2-byte é
-  EXPECT_LT(r[4].content.size(), 1100u);
+  EXPECT_THAT(r[4].content, HasSubstr("[truncated: 960 of 1048576 bytes shown]"));  // not inside the 2-byte é
+  EXPECT_LE(r[4].content.size(), 1001u) << "the note counts against the limit";
   EXPECT_EQ(r[5].report.outcome, "unknown_tool");
   EXPECT_THAT(r[5].content, HasSubstr("no tool named 'nope'; the tools are: echo, throws, fails, hangs, huge"));
   EXPECT_EQ(r[6].report.outcome, "invalid_arguments");
@@ -99,6 +101,31 @@ TEST(ToolRunnerTest, FailuresBecomeResults) {
 }
 
 // Fault injection: bytes that are not UTF-8 never reach the prompt or the report.
+// Every limit, down to none: what the model sees never exceeds it, note included, and the
+// cut never splits a character.
+TEST(ToolRunnerTest, TruncatedResultsStayWithinTheLimit) {
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += i % 3 == 0 ? "\xc3\xa9" : "ab";  // é and ASCII, 80 bytes
+  for (size_t limit = 0; limit <= text.size() + 1; ++limit) {
+    bool truncated = false;
+    const std::string shown = TruncateResult(text, limit, truncated);
+    EXPECT_EQ(truncated, text.size() > limit) << limit;
+    EXPECT_LE(shown.size(), std::max(limit, truncated ? size_t{0} : text.size())) << limit;
+    if (!truncated) {
+      EXPECT_EQ(shown, text);
+      continue;
+    }
+    const size_t kept = std::min(shown.find("\n[truncated"), shown.find("[truncated]"));
+    const size_t prefix = kept == std::string::npos ? shown.size() : kept;
+    EXPECT_EQ(shown.substr(0, prefix), text.substr(0, prefix)) << limit;
+    EXPECT_FALSE(prefix < text.size() && (static_cast<unsigned char>(text[prefix]) & 0xC0) == 0x80)
+        << "cut inside a character at limit " << limit;
+    if (limit >= 40) {
+      EXPECT_THAT(shown, HasSubstr(absl::StrCat("[truncated: ", prefix, " of 80 bytes shown]")));
+    }
+  }
+}
+
 TEST(ToolRunnerTest, InvalidUtf8BecomesAnErrorResult) {
   ToolRegistry tools;
   ASSERT_TRUE(tools.Register(MakeTool("binary", [](const std::string&) -> absl::StatusOr<std::string> {

@@ -29,9 +29,17 @@ struct Pending {
 std::string TruncateResult(const std::string& text, size_t max_bytes, bool& truncated) {
   truncated = text.size() > max_bytes;
   if (!truncated) return text;
-  size_t cut = max_bytes;
+  // The note counts against the limit. Its length depends on the cut's digits, which only
+  // shrink as the cut moves back, so one estimate from the limit is enough.
+  auto note = [&](size_t cut) { return absl::StrCat("\n[truncated: ", cut, " of ", text.size(), " bytes shown]"); };
+  std::string marker = note(max_bytes);
+  const bool full_note = marker.size() <= max_bytes;
+  if (!full_note) marker = "[truncated]";
+  if (marker.size() > max_bytes) marker.clear();  // a limit too small for any note
+  size_t cut = max_bytes - marker.size();
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
-  return absl::StrCat(text.substr(0, cut), "\n[truncated: ", cut, " of ", text.size(), " bytes shown]");
+  if (full_note) marker = note(cut);
+  return absl::StrCat(text.substr(0, cut), marker);
 }
 
 std::vector<ToolRunResult> RunToolCalls(const ToolRegistry& registry, const std::vector<ParsedToolCall>& calls,
