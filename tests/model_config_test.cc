@@ -258,6 +258,11 @@ TEST(ModelPathTest, LookupOrder) {
   ::setenv("HETERO_MODEL", "/no/such/env.gguf", 1);
   EXPECT_THAT(ResolveModelPath(""), StatusIs(absl::StatusCode::kNotFound, HasSubstr("($HETERO_MODEL)")));
   ::unsetenv("HETERO_MODEL");
+  // A directory or a device is named as what it is, not as missing.
+  const std::string directory = std::filesystem::path(tiny).parent_path().string();
+  EXPECT_THAT(ResolveModelPath(directory),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is a directory; give the path of a .gguf file")));
+  EXPECT_THAT(ResolveModelPath("/dev/null"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
   absl::StatusOr<std::string> fallback = ResolveModelPath("");
   if (std::filesystem::exists(kDefaultModelPath)) {
     EXPECT_EQ(*fallback, kDefaultModelPath);

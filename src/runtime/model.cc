@@ -27,6 +27,13 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& explicit_path) {
   }
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) return path;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model path '", path, "' (", origin, ") is a directory; give the path of a .gguf file in it"));
+  }
+  if (std::filesystem::exists(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("model path '", path, "' (", origin, ") is not a regular file"));
+  }
   std::string message = absl::StrCat("model file '", path, "' (", origin, ") not found");
   if (path == kDefaultModelPath) {
     absl::StrAppend(&message, "; fetch the default model with `bash scripts/setup.sh --model` "
