@@ -15,10 +15,12 @@ import queue
 import threading
 import typing
 
-from . import _lib
+from . import _args, _lib
+from ._errors import (BY_STATUS as _ERRORS, Busy, Cancelled, DeviceError, HeteroError, Internal, InvalidArgument,
+                      NotFound, OutOfMemory, Timeout, Unsupported)
 
 __all__ = ["log_to_stderr", "silence_log", "invoke_tool", "Engine", "Session", "Result", "Tool", "tool", "HeteroError", "InvalidArgument", "NotFound", "Unsupported",
-           "OutOfMemory", "DeviceError", "Timeout", "Cancelled", "Busy", "Internal", "version"]
+           "OutOfMemory", "DeviceError", "Timeout", "Cancelled", "Busy", "Internal", "version", "abi_version"]
 
 _c = _lib.load()
 
@@ -44,27 +46,10 @@ def version():
     return _c.hetero_version_string().decode()
 
 
-class HeteroError(Exception):
-    """A hetero_* call failed; `status` is the C status name, the message hetero's."""
-
-    def __init__(self, status, message):
-        super().__init__(message)
-        self.status = status
-
-
-class InvalidArgument(HeteroError): pass
-class NotFound(HeteroError): pass
-class Unsupported(HeteroError): pass
-class OutOfMemory(HeteroError): pass
-class DeviceError(HeteroError): pass
-class Timeout(HeteroError): pass
-class Cancelled(HeteroError): pass
-class Busy(HeteroError): pass
-class Internal(HeteroError): pass
-
-
-_ERRORS = {1: InvalidArgument, 2: NotFound, 3: Unsupported, 4: OutOfMemory, 5: DeviceError, 6: Timeout,
-           7: Cancelled, 8: Busy, 9: Internal}
+def abi_version():
+    """The C ABI version the loaded library implements (capi/hetero.h HETERO_ABI_VERSION);
+    the binding refuses to load a library whose version differs from its own."""
+    return int(_c.hetero_abi_version())
 
 
 def _check(status):
@@ -239,14 +224,16 @@ class Engine:
     def __init__(self, model_path=None, threads=0, scheduler="seed", max_sessions=0):
         options = _lib.EngineOptions()
         _c.hetero_engine_options_default(ctypes.byref(options))
-        options.model_path = _utf8(model_path)
-        options.threads = threads
-        options.scheduler = _utf8(scheduler)
-        options.max_sessions = max_sessions
+        options.model_path = _args.path(model_path, "model_path")
+        options.threads = _args.integer(threads, "threads", minimum=0, maximum=1 << 16)
+        options.scheduler = _args.text(scheduler, "scheduler")
+        options.max_sessions = _args.integer(max_sessions, "max_sessions", minimum=0, maximum=(1 << 31) - 1)
         self._handle = ctypes.c_void_p()
         _check(_c.hetero_engine_create(ctypes.byref(options), ctypes.byref(self._handle)))
 
     def session(self, system_prompt=None):
+        """A new conversation, with `system_prompt` (a str) as its first turn if given."""
+        _args.text(system_prompt, "system_prompt", optional=True)
         if not self._handle:
             raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
         return Session(self, system_prompt)
@@ -258,8 +245,11 @@ class Engine:
         if not self._handle:
             raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
         if isinstance(texts, (str, bytes)):
-            raise InvalidArgument("HETERO_INVALID_ARGUMENT", "embed takes a list of texts")
-        encoded = [_utf8(t) for t in texts]
+            raise TypeError("texts must be a list of texts, not one text")
+        _args.sequence(texts, "texts")
+        encoded = [_args.text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        last_token = _args.flag(last_token, "last_token")
+        layers = _args.integer(layers, "layers", minimum=0, maximum=(1 << 31) - 1)
         dim = _c.hetero_engine_embedding_dimension(self._handle)
         array = (ctypes.c_char_p * max(1, len(encoded)))(*encoded)
         out = (ctypes.c_float * (dim * max(1, len(encoded))))()
@@ -282,18 +272,50 @@ class Engine:
         self.close()
 
 
+_RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=0, timeout=None, tools=None,
+                     max_tool_rounds=4, constrain_tool_calls=True, on_text=None)
+
+
+def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, seed, timeout, tools, max_tool_rounds,
+                         constrain_tool_calls, on_text):
+    """Checks run()'s arguments (TypeError or InvalidArgument naming the parameter);
+    returns the message as UTF-8."""
+    encoded = _args.text(message, "message")
+    _args.integer(max_tokens, "max_tokens", minimum=1, maximum=(1 << 31) - 1)
+    _args.real(temperature, "temperature", minimum=0)
+    _args.integer(top_k, "top_k", minimum=0, maximum=(1 << 31) - 1)
+    _args.real(top_p, "top_p", above=0, maximum=1)
+    _args.integer(seed, "seed", minimum=0, maximum=(1 << 64) - 1)
+    if timeout is not None:
+        _args.real(timeout, "timeout", above=0, maximum=(1 << 31) / 1000)
+    if tools is not None:
+        _args.sequence(tools, "tools")
+        for i, t in enumerate(tools):
+            if not isinstance(t, Tool) and not callable(t):
+                raise TypeError(f"tools[{i}] must be a hetero.Tool or a function, not {type(t).__name__}")
+    _args.integer(max_tool_rounds, "max_tool_rounds", minimum=0, maximum=(1 << 31) - 1)
+    _args.flag(constrain_tool_calls, "constrain_tool_calls")
+    _args.callback(on_text, "on_text")
+    return encoded
+
+
 class Session:
     """A conversation. One run at a time; `cancel()` from any thread."""
 
     def __init__(self, engine, system_prompt=None):
         self._engine = engine  # the engine outlives its sessions' handles
         self._handle = ctypes.c_void_p()
-        _check(_c.hetero_session_create(engine._handle, _utf8(system_prompt), ctypes.byref(self._handle)))
+        _check(_c.hetero_session_create(engine._handle, _args.text(system_prompt, "system_prompt", optional=True),
+                                        ctypes.byref(self._handle)))
 
     def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=0, timeout=None,
             tools=None, max_tool_rounds=4, constrain_tool_calls=True, on_text=None):
         """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
         `on_text(piece)` receives answer text as it is generated; returning False cancels."""
+        encoded_message = _check_run_arguments(message, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
+                                               top_p=top_p, seed=seed, timeout=timeout, tools=tools,
+                                               max_tool_rounds=max_tool_rounds,
+                                               constrain_tool_calls=constrain_tool_calls, on_text=on_text)
         options = _lib.RunOptions()
         _c.hetero_run_options_default(ctypes.byref(options))
         options.max_tokens = max_tokens
@@ -320,7 +342,7 @@ class Session:
             options.tools = toolset.handle
         result = ctypes.c_void_p()
         try:
-            status = _c.hetero_session_run(self._handle, _utf8(message), ctypes.byref(options), ctypes.byref(result))
+            status = _c.hetero_session_run(self._handle, encoded_message, ctypes.byref(options), ctypes.byref(result))
             if raised:
                 raise raised[0]
             _check(status)
@@ -334,7 +356,14 @@ class Session:
 
     def stream(self, message, **kwargs):
         """Yields answer text as it is generated; the Result is then in `.result` of the
-        returned iterator. Stopping the iteration early cancels the run."""
+        returned iterator. Stopping the iteration early cancels the run. Takes run()'s
+        arguments but on_text, checked here, before the run starts."""
+        if "on_text" in kwargs:
+            raise TypeError("stream() streams the text itself: on_text is not an argument of stream()")
+        unknown = set(kwargs) - set(_RUN_DEFAULTS)
+        if unknown:
+            raise TypeError(f"stream() got an unexpected keyword argument '{sorted(unknown)[0]}'")
+        _check_run_arguments(message, **{**_RUN_DEFAULTS, **kwargs})
         return _Stream(self, message, kwargs)
 
     def cancel(self):

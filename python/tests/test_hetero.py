@@ -123,6 +123,80 @@ def test_registration_errors():
         hetero.invoke_tool([hetero.Tool(bad, name="bad name!")], "bad name!", {})
 
 
+def test_abi_version():
+    assert hetero.abi_version() == hetero._lib.ABI_VERSION
+
+
+def test_status_codes_map_to_their_exceptions():
+    names = {1: "InvalidArgument", 2: "NotFound", 3: "Unsupported", 4: "OutOfMemory", 5: "DeviceError", 6: "Timeout",
+             7: "Cancelled", 8: "Busy", 9: "Internal"}
+    for status, name in names.items():
+        with pytest.raises(getattr(hetero, name)) as info:
+            hetero._check(status)
+        assert info.value.status == hetero._c.hetero_status_name(status).decode()
+    assert issubclass(hetero.InvalidArgument, ValueError) and issubclass(hetero.Timeout, TimeoutError)
+    with pytest.raises(hetero.HeteroError):
+        hetero._check(77)  # a status this binding does not know still raises
+
+
+def test_engine_argument_types():
+    with pytest.raises(TypeError, match="model_path"):
+        hetero.Engine(123)
+    with pytest.raises(TypeError, match="threads"):
+        hetero.Engine(str(MODEL), threads="2")
+    with pytest.raises(TypeError, match="threads"):
+        hetero.Engine(str(MODEL), threads=True)
+    with pytest.raises(TypeError, match="scheduler"):
+        hetero.Engine(str(MODEL), scheduler=None)
+    with pytest.raises(hetero.InvalidArgument, match="max_sessions"):
+        hetero.Engine(str(MODEL), max_sessions=-3)
+
+
+@needs_model
+def test_run_argument_checks(engine):
+    with pytest.raises(TypeError, match="system_prompt"):
+        engine.session(5)
+    session = engine.session()
+    with pytest.raises(TypeError, match="message"):
+        session.run(123)
+    with pytest.raises(TypeError, match="message"):
+        session.run(None)
+    with pytest.raises(TypeError, match="texts\\[1\\]"):
+        engine.embed(["a", 2])
+    with pytest.raises(TypeError, match="texts"):
+        engine.embed(("a" for _ in range(2)))
+    with pytest.raises(TypeError, match="last_token"):
+        engine.embed(["a"], last_token="yes")
+    with pytest.raises(TypeError, match="tools"):
+        session.run("Hi", tools="add")
+    with pytest.raises(TypeError, match="tools\\[0\\]"):
+        session.run("Hi", tools=[42])
+    with pytest.raises(hetero.InvalidArgument, match="timeout"):
+        session.run("Hi", timeout=-1)
+    with pytest.raises(hetero.InvalidArgument, match="timeout"):
+        session.run("Hi", timeout=0)
+    with pytest.raises(hetero.InvalidArgument, match="max_tokens"):
+        session.run("Hi", max_tokens=0)
+    with pytest.raises(TypeError, match="max_tokens"):
+        session.run("Hi", max_tokens=2.5)
+    with pytest.raises(hetero.InvalidArgument, match="temperature"):
+        session.run("Hi", temperature=float("nan"))
+    with pytest.raises(hetero.InvalidArgument, match="top_p"):
+        session.run("Hi", top_p=0)
+    with pytest.raises(hetero.InvalidArgument, match="seed"):
+        session.run("Hi", seed=-1)
+    with pytest.raises(TypeError, match="on_text"):
+        session.run("Hi", on_text="print")
+    with pytest.raises(TypeError, match="constrain_tool_calls"):
+        session.run("Hi", constrain_tool_calls=1)
+    with pytest.raises(TypeError, match="max_tokens"):
+        session.stream("Hi", max_tokens="8")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        session.stream("Hi", max_token=8)
+    # None of these reached the model: the session is untouched and runs.
+    assert session.run("Say hi.", max_tokens=4).generated_tokens > 0
+
+
 def test_engine_errors():
     with pytest.raises(hetero.NotFound, match="/nonexistent/model.gguf") as info:
         hetero.Engine("/nonexistent/model.gguf")
@@ -165,9 +239,9 @@ def test_embed(engine):
         engine.embed([""])
     with pytest.raises(hetero.InvalidArgument, match="at least 1"):
         engine.embed([])
-    with pytest.raises(hetero.InvalidArgument, match="list of texts"):
+    with pytest.raises(TypeError, match="list of texts"):
         engine.embed("one text")
-    with pytest.raises(hetero.InvalidArgument, match="negative"):
+    with pytest.raises(hetero.InvalidArgument, match="layers"):
         engine.embed(["x"], layers=-1)
 
 
