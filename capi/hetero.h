@@ -180,6 +180,32 @@ HETERO_C_API int32_t hetero_engine_embedding_dimension(const hetero_engine* engi
 HETERO_C_API hetero_status hetero_engine_embed(hetero_engine* engine, const char* const* texts, int32_t count,
                                                int32_t last_token, int32_t layers, float* out, size_t out_floats);
 
+/* Token ids of `text` (NUL-terminated UTF-8; invalid bytes become byte tokens) in the
+ * loaded model's vocabulary: the model's BOS first when add_bos != 0 (INVALID_ARGUMENT if it
+ * has none), and the text of control tokens such as "<|im_start|>" matched as those tokens
+ * when parse_special != 0 (else tokenized as plain text). Sets *out_count to the number of
+ * ids and writes them when `capacity` holds them all; call with out_tokens NULL and
+ * capacity 0 to learn the count. INVALID_ARGUMENT for a NULL engine, text or out_count, and
+ * for out_tokens NULL with capacity > 0 or a capacity below the count (nothing written;
+ * *out_count still set). Thread-safe. */
+HETERO_C_API hetero_status hetero_engine_tokenize(const hetero_engine* engine, const char* text, int32_t add_bos,
+                                                  int32_t parse_special, int32_t* out_tokens, size_t capacity,
+                                                  size_t* out_count);
+/* The text `count` token ids stand for (control tokens as their text unless
+ * skip_special != 0). Sets *out_length to its length in bytes and writes it with a NUL
+ * after it when `capacity` holds length + 1; call with out_text NULL and capacity 0 to
+ * learn the length. The bytes are those of the tokens: ids that end inside a character
+ * give bytes that are not valid UTF-8, and a token may stand for a NUL byte (use
+ * *out_length, not strlen). INVALID_ARGUMENT for a NULL engine or out_length, tokens NULL
+ * with count > 0, an id outside [0, hetero_engine_vocab_size) (naming its index), and
+ * out_text NULL with capacity > 0 or a capacity below length + 1 (nothing written;
+ * *out_length still set). Thread-safe. */
+HETERO_C_API hetero_status hetero_engine_detokenize(const hetero_engine* engine, const int32_t* tokens, size_t count,
+                                                    int32_t skip_special, char* out_text, size_t capacity,
+                                                    size_t* out_length);
+/* The number of ids in the loaded model's vocabulary; 0 for NULL. Thread-safe. */
+HETERO_C_API int32_t hetero_engine_vocab_size(const hetero_engine* engine);
+
 /* ---- Tools ------------------------------------------------------------------------- */
 
 struct hetero_result;
@@ -268,6 +294,16 @@ typedef struct hetero_run_options {
   const hetero_tools* tools;      /* NULL: no tools */
   int32_t max_tool_rounds;        /* default 4 */
   int32_t constrain_tool_calls;   /* nonzero (default): calls are valid by construction */
+  /* Added in 0.1 after constrain_tool_calls; a caller built before has their defaults. The
+   * penalties apply first, then top_k, min_p, top_p and the temperature draw. */
+  float min_p;                    /* drop tokens below min_p x the top probability, [0, 1); 0: off */
+  float repetition_penalty;       /* > 0; above 1 divides positive (multiplies negative) logits
+                                     of tokens seen in the window; 1 (default): off */
+  float frequency_penalty;        /* subtracted per occurrence in the window; 0: off */
+  float presence_penalty;         /* subtracted once for any occurrence in the window; 0: off */
+  int32_t penalty_window;         /* most recent tokens the penalties look at, >= 0; default 64 */
+  const char* const* stop;        /* stop_count stop strings (NUL-terminated UTF-8, not empty); */
+  size_t stop_count;              /*  a reply ends before the first one, which is not shown */
 } hetero_run_options;
 
 HETERO_C_API void hetero_run_options_default(hetero_run_options* options);

@@ -474,6 +474,63 @@ hetero_status hetero_engine_embed(hetero_engine* engine, const char* const* text
   });
 }
 
+hetero_status hetero_engine_tokenize(const hetero_engine* engine, const char* text, int32_t add_bos, int32_t parse_special,
+                                     int32_t* out_tokens, size_t capacity, size_t* out_count) {
+  return Guard("hetero_engine_tokenize", [&]() -> hetero_status {
+    if (out_count == nullptr) return NullArgument("hetero_engine_tokenize", "out_count");
+    *out_count = 0;
+    if (engine == nullptr) return NullArgument("hetero_engine_tokenize", "engine");
+    if (text == nullptr) return NullArgument("hetero_engine_tokenize", "text");
+    if (out_tokens == nullptr && capacity > 0) return NullArgument("hetero_engine_tokenize", "out_tokens (capacity > 0)");
+    absl::StatusOr<std::vector<int32_t>> ids = engine->engine->tokenizer().Encode(text, add_bos != 0, parse_special != 0);
+    if (!ids.ok()) return FromStatus(ids.status());
+    *out_count = ids->size();
+    if (out_tokens == nullptr && capacity == 0) return HETERO_OK;  // asking for the count
+    if (capacity < ids->size()) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_tokenize: capacity " + std::to_string(capacity) + " is below the " +
+                                               std::to_string(ids->size()) + " ids of the text");
+    }
+    std::copy(ids->begin(), ids->end(), out_tokens);
+    return HETERO_OK;
+  });
+}
+
+hetero_status hetero_engine_detokenize(const hetero_engine* engine, const int32_t* tokens, size_t count,
+                                       int32_t skip_special, char* out_text, size_t capacity, size_t* out_length) {
+  return Guard("hetero_engine_detokenize", [&]() -> hetero_status {
+    if (out_length == nullptr) return NullArgument("hetero_engine_detokenize", "out_length");
+    *out_length = 0;
+    if (engine == nullptr) return NullArgument("hetero_engine_detokenize", "engine");
+    if (tokens == nullptr && count > 0) return NullArgument("hetero_engine_detokenize", "tokens (count > 0)");
+    if (out_text == nullptr && capacity > 0) return NullArgument("hetero_engine_detokenize", "out_text (capacity > 0)");
+    const hetero::Tokenizer& tokenizer = engine->engine->tokenizer();
+    for (size_t i = 0; i < count; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= tokenizer.vocab_size()) {
+        return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_detokenize: tokens[" + std::to_string(i) + "] is " +
+                                                 std::to_string(tokens[i]) + ", outside the vocabulary [0, " +
+                                                 std::to_string(tokenizer.vocab_size()) + ")");
+      }
+    }
+    absl::StatusOr<std::string> text =
+        tokenizer.Decode(absl::Span<const int32_t>(tokens, count), /*skip_special=*/skip_special != 0);
+    if (!text.ok()) return FromStatus(text.status());
+    *out_length = text->size();
+    if (out_text == nullptr && capacity == 0) return HETERO_OK;  // asking for the length
+    if (capacity <= text->size()) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_detokenize: capacity " + std::to_string(capacity) +
+                                               " is below the text's " + std::to_string(text->size()) +
+                                               " bytes and its NUL");
+    }
+    std::memcpy(out_text, text->data(), text->size());
+    out_text[text->size()] = '\0';
+    return HETERO_OK;
+  });
+}
+
+int32_t hetero_engine_vocab_size(const hetero_engine* engine) {
+  return engine == nullptr ? 0 : engine->engine->tokenizer().vocab_size();
+}
+
 hetero_status hetero_session_create(hetero_engine* engine, const char* system_prompt, hetero_session** out_session) {
   return Guard("hetero_session_create", [&]() -> hetero_status {
     if (out_session == nullptr) return NullArgument("hetero_session_create", "out_session");
@@ -515,6 +572,12 @@ void hetero_run_options_default(hetero_run_options* options) {
   options->top_p = 1.0f;
   options->max_tool_rounds = 4;
   options->constrain_tool_calls = 1;
+  const hetero::SamplingParams sampling;
+  options->min_p = sampling.min_p;
+  options->repetition_penalty = sampling.repetition_penalty;
+  options->frequency_penalty = sampling.frequency_penalty;
+  options->presence_penalty = sampling.presence_penalty;
+  options->penalty_window = sampling.penalty_window;
 }
 
 hetero_status hetero_session_run(hetero_session* session, const char* user_message, const hetero_run_options* options,
@@ -539,6 +602,19 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
     run.sampling.top_k = o.top_k;
     run.sampling.top_p = o.top_p;
     run.sampling.seed = o.seed;
+    // The sampler checks these ranges itself and names the one that is off.
+    run.sampling.min_p = o.min_p;
+    run.sampling.repetition_penalty = o.repetition_penalty;
+    run.sampling.frequency_penalty = o.frequency_penalty;
+    run.sampling.presence_penalty = o.presence_penalty;
+    run.sampling.penalty_window = o.penalty_window;
+    if (o.stop == nullptr && o.stop_count > 0) return NullArgument("hetero_session_run", "stop (stop_count > 0)");
+    for (size_t i = 0; i < o.stop_count; ++i) {
+      const std::string which = "stop[" + std::to_string(i) + "]";
+      if (o.stop[i] == nullptr) return NullArgument("hetero_session_run", which.c_str());
+      if (o.stop[i][0] == '\0') return Fail(HETERO_INVALID_ARGUMENT, "hetero_session_run: " + which + " is empty");
+      run.stop.emplace_back(o.stop[i]);
+    }
     run.timeout = std::chrono::milliseconds(o.timeout_ms);
     if (o.on_text != nullptr) {
       run.on_text = [callback = o.on_text, user_data = o.on_text_user_data](std::string_view piece) {

@@ -406,6 +406,159 @@ static void test_runs(const char* model) {
   sleep_ms(500); /* abandoned slow handlers, if the model called one */
 }
 
+/* Tokens in and out, every error path; the sampler's options and stop strings. */
+static void test_tokens_and_sampling(const char* model) {
+  hetero_engine_options eo;
+  hetero_engine_options_default(&eo);
+  eo.model_path = model;
+  eo.threads = 2;
+  hetero_engine* engine = NULL;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_OK, NULL);
+  if (engine == NULL) return;
+  const int32_t vocab = hetero_engine_vocab_size(engine);
+  CHECK(vocab == 49152);
+  CHECK(hetero_engine_vocab_size(NULL) == 0);
+
+  size_t count = 99;
+  EXPECT(hetero_engine_tokenize(engine, "Hello world!", 0, 1, NULL, 0, &count), HETERO_OK, NULL);
+  CHECK(count == 3);
+  int32_t ids[8] = {0};
+  EXPECT(hetero_engine_tokenize(engine, "Hello world!", 0, 1, ids, 8, &count), HETERO_OK, NULL);
+  CHECK(count == 3 && ids[0] == 19556 && ids[1] == 905 && ids[2] == 17); /* as hetero-tokenize prints */
+  int32_t small[2] = {-1, -1};
+  EXPECT(hetero_engine_tokenize(engine, "Hello world!", 0, 1, small, 2, &count), HETERO_INVALID_ARGUMENT,
+         "capacity 2 is below the 3 ids");
+  CHECK(count == 3 && small[0] == -1); /* nothing written, the count still told */
+  /* Special text: one control token, or plain text without parse_special. */
+  EXPECT(hetero_engine_tokenize(engine, "<|im_start|>", 0, 1, ids, 8, &count), HETERO_OK, NULL);
+  CHECK(count == 1);
+  EXPECT(hetero_engine_tokenize(engine, "<|im_start|>", 0, 0, ids, 8, &count), HETERO_OK, NULL);
+  CHECK(count > 1);
+  EXPECT(hetero_engine_tokenize(NULL, "x", 0, 1, ids, 8, &count), HETERO_INVALID_ARGUMENT, "engine is NULL");
+  EXPECT(hetero_engine_tokenize(engine, NULL, 0, 1, ids, 8, &count), HETERO_INVALID_ARGUMENT, "text is NULL");
+  EXPECT(hetero_engine_tokenize(engine, "x", 0, 1, ids, 8, NULL), HETERO_INVALID_ARGUMENT, "out_count is NULL");
+  EXPECT(hetero_engine_tokenize(engine, "x", 0, 1, NULL, 8, &count), HETERO_INVALID_ARGUMENT, "out_tokens");
+  EXPECT(hetero_engine_tokenize(engine, "\xff\xfe bytes", 0, 1, ids, 8, &count), HETERO_OK, NULL); /* byte tokens */
+  CHECK(count > 0);
+
+  const int32_t hello[3] = {19556, 905, 17};
+  size_t length = 99;
+  EXPECT(hetero_engine_detokenize(engine, hello, 3, 0, NULL, 0, &length), HETERO_OK, NULL);
+  CHECK(length == 12);
+  char text[32];
+  memset(text, 'z', sizeof text);
+  EXPECT(hetero_engine_detokenize(engine, hello, 3, 0, text, 12, &length), HETERO_INVALID_ARGUMENT, "and its NUL");
+  CHECK(length == 12 && text[0] == 'z');
+  EXPECT(hetero_engine_detokenize(engine, hello, 3, 0, text, sizeof text, &length), HETERO_OK, NULL);
+  CHECK(length == 12 && strcmp(text, "Hello world!") == 0);
+  EXPECT(hetero_engine_detokenize(engine, NULL, 0, 0, text, sizeof text, &length), HETERO_OK, NULL);
+  CHECK(length == 0 && text[0] == '\0');
+  const int32_t bad[3] = {19556, vocab, 17};
+  EXPECT(hetero_engine_detokenize(engine, bad, 3, 0, text, sizeof text, &length), HETERO_INVALID_ARGUMENT,
+         "tokens[1] is 49152, outside the vocabulary");
+  const int32_t negative[1] = {-5};
+  EXPECT(hetero_engine_detokenize(engine, negative, 1, 0, text, sizeof text, &length), HETERO_INVALID_ARGUMENT,
+         "tokens[0] is -5");
+  EXPECT(hetero_engine_detokenize(engine, NULL, 2, 0, text, sizeof text, &length), HETERO_INVALID_ARGUMENT, "tokens");
+  EXPECT(hetero_engine_detokenize(engine, hello, 3, 0, NULL, 5, &length), HETERO_INVALID_ARGUMENT, "out_text");
+  EXPECT(hetero_engine_detokenize(engine, hello, 3, 0, text, sizeof text, NULL), HETERO_INVALID_ARGUMENT,
+         "out_length is NULL");
+  EXPECT(hetero_engine_detokenize(NULL, hello, 3, 0, text, sizeof text, &length), HETERO_INVALID_ARGUMENT,
+         "engine is NULL");
+  /* A control token: its text, or nothing with skip_special. */
+  int32_t im_start = -1;
+  EXPECT(hetero_engine_tokenize(engine, "<|im_start|>", 0, 1, &im_start, 1, &count), HETERO_OK, NULL);
+  EXPECT(hetero_engine_detokenize(engine, &im_start, 1, 0, text, sizeof text, &length), HETERO_OK, NULL);
+  CHECK(strcmp(text, "<|im_start|>") == 0);
+  EXPECT(hetero_engine_detokenize(engine, &im_start, 1, 1, text, sizeof text, &length), HETERO_OK, NULL);
+  CHECK(length == 0);
+
+  /* The sampler's options: defaults match the C++ ones; bad values name themselves. */
+  hetero_run_options ro;
+  hetero_run_options_default(&ro);
+  CHECK(ro.min_p == 0.0f && ro.repetition_penalty == 1.0f && ro.frequency_penalty == 0.0f &&
+        ro.presence_penalty == 0.0f && ro.penalty_window == 64 && ro.stop == NULL && ro.stop_count == 0);
+  hetero_session* session = NULL;
+  EXPECT(hetero_session_create(engine, NULL, &session), HETERO_OK, NULL);
+  hetero_result* result = NULL;
+  ro.max_tokens = 4;
+  ro.min_p = 1.5f;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "min_p");
+  ro.min_p = 0.0f;
+  ro.repetition_penalty = 0.0f;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "repetition_penalty");
+  ro.repetition_penalty = 1.0f;
+  ro.penalty_window = -1;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "penalty_window");
+  ro.penalty_window = 64;
+  ro.frequency_penalty = NAN;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "frequency_penalty");
+  ro.frequency_penalty = 0.0f;
+  ro.stop_count = 1;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "stop (stop_count > 0) is NULL");
+  const char* empty_stop[2] = {"x", ""};
+  ro.stop = empty_stop;
+  ro.stop_count = 2;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "stop[1] is empty");
+  const char* null_stop[1] = {NULL};
+  ro.stop = null_stop;
+  ro.stop_count = 1;
+  EXPECT(hetero_session_run(session, "Hi", &ro, &result), HETERO_INVALID_ARGUMENT, "stop[0] is NULL");
+  CHECK(result == NULL);
+
+  /* A stop string ends the reply before it: run once without, then stop at a piece of
+   * that reply (greedy, so the same reply comes again) in a fresh session. */
+  hetero_run_options plain;
+  hetero_run_options_default(&plain);
+  plain.max_tokens = 24;
+  EXPECT(hetero_session_run(session, "Count from one to ten in words.", &plain, &result), HETERO_OK, NULL);
+  char reply[512] = {0};
+  if (result != NULL) {
+    snprintf(reply, sizeof reply, "%s", hetero_result_text(result));
+    hetero_result_destroy(result);
+    result = NULL;
+  }
+  const size_t reply_length = strlen(reply);
+  CHECK(reply_length > 8);
+  if (reply_length > 8) {
+    char stop_at[5];
+    memcpy(stop_at, reply + reply_length / 2, 4);
+    stop_at[4] = '\0';
+    const char* stops[2] = {"never appears here", stop_at};
+    plain.stop = stops;
+    plain.stop_count = 2;
+    hetero_session* again = NULL;
+    EXPECT(hetero_session_create(engine, NULL, &again), HETERO_OK, NULL);
+    EXPECT(hetero_session_run(again, "Count from one to ten in words.", &plain, &result), HETERO_OK, NULL);
+    if (result != NULL) {
+      const char* stopped = hetero_result_text(result);
+      CHECK(strstr(stopped, stop_at) == NULL);                     /* not shown */
+      CHECK(strncmp(stopped, reply, strlen(stopped)) == 0);        /* the same reply, cut */
+      CHECK(strlen(stopped) <= reply_length / 2);
+      CHECK(strstr(hetero_result_report_json(result), "\"stop_reason\":\"stop_string\"") != NULL);
+      hetero_result_destroy(result);
+      result = NULL;
+    }
+    hetero_session_destroy(again);
+    /* A strong repetition penalty changes a greedy reply that repeats tokens. */
+    hetero_run_options penalised;
+    hetero_run_options_default(&penalised);
+    penalised.max_tokens = 24;
+    penalised.repetition_penalty = 100.0f;
+    penalised.penalty_window = 256;
+    hetero_session* third = NULL;
+    EXPECT(hetero_session_create(engine, NULL, &third), HETERO_OK, NULL);
+    EXPECT(hetero_session_run(third, "Count from one to ten in words.", &penalised, &result), HETERO_OK, NULL);
+    if (result != NULL) {
+      CHECK(strcmp(hetero_result_text(result), reply) != 0);
+      hetero_result_destroy(result);
+    }
+    hetero_session_destroy(third);
+  }
+  hetero_session_destroy(session);
+  hetero_engine_destroy(engine);
+}
+
 /* Counts log messages; the device notice arrives when the first engine starts. */
 static int log_messages = 0;
 static void count_log(hetero_log_level level, const char* message, size_t length, void* user_data) {
@@ -425,6 +578,7 @@ int main(int argc, char** argv) {
   }
   fclose(f);
   test_runs(model);
+  test_tokens_and_sampling(model);
   CHECK(log_messages > 0); /* at least the device notice */
   hetero_set_log_callback(NULL, NULL, HETERO_LOG_DEBUG);
   if (failures) {

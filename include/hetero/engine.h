@@ -28,6 +28,7 @@
 #include "hetero/safety.h"
 #include "hetero/sampling.h"
 #include "hetero/scheduler.h"
+#include "hetero/tokenizer.h"
 #include "hetero/tools.h"
 
 namespace hetero {
@@ -246,6 +247,9 @@ class HETERO_EXPORT Engine {
                                                         const EmbedOptions& options = {});
   // Floats per embedding (the model's hidden size).
   int embedding_dimension() const;
+  // The loaded model's tokenizer, for token ids in and out (thread-safe; lives as long as
+  // the engine).
+  const Tokenizer& tokenizer() const;
   // The same for token ids.
   absl::StatusOr<std::vector<std::vector<float>>> EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
                                                               const EmbedOptions& options = {});

@@ -16,6 +16,7 @@ import threading
 import typing
 
 from . import _args, _lib
+from ._errors import invalid as _errors_invalid
 from ._errors import (BY_STATUS as _ERRORS, Busy, Cancelled, DeviceError, HeteroError, Internal, InvalidArgument,
                       NotFound, OutOfMemory, Timeout, Unsupported)
 
@@ -257,6 +258,48 @@ class Engine:
                                       len(out)))
         return [list(out[i * dim:(i + 1) * dim]) for i in range(len(encoded))]
 
+    def tokenize(self, text, add_bos=False, parse_special=True):
+        """Token ids of `text` in the model's vocabulary: BOS first with `add_bos`, and the
+        text of control tokens such as "<|im_start|>" as those tokens with `parse_special`."""
+        encoded = _args.text(text, "text")
+        add_bos = _args.flag(add_bos, "add_bos")
+        parse_special = _args.flag(parse_special, "parse_special")
+        self._check_open()
+        count = ctypes.c_size_t()
+        _check(_c.hetero_engine_tokenize(self._handle, encoded, int(add_bos), int(parse_special), None, 0,
+                                         ctypes.byref(count)))
+        ids = (ctypes.c_int32 * max(1, count.value))()
+        _check(_c.hetero_engine_tokenize(self._handle, encoded, int(add_bos), int(parse_special), ids, count.value,
+                                         ctypes.byref(count)))
+        return list(ids[:count.value])
+
+    def detokenize(self, tokens, skip_special=False, errors="replace"):
+        """The text `tokens` (ids) stand for; control tokens as their text unless
+        `skip_special`. Bytes that are not UTF-8 (ids ending inside a character) are decoded
+        with `errors` ("strict" raises UnicodeDecodeError)."""
+        _args.sequence(tokens, "tokens")
+        ids = [_args.integer(t, f"tokens[{i}]", minimum=-(1 << 31), maximum=(1 << 31) - 1) for i, t in enumerate(tokens)]
+        skip_special = _args.flag(skip_special, "skip_special")
+        self._check_open()
+        array = (ctypes.c_int32 * max(1, len(ids)))(*ids)
+        length = ctypes.c_size_t()
+        _check(_c.hetero_engine_detokenize(self._handle, array, len(ids), int(skip_special), None, 0,
+                                           ctypes.byref(length)))
+        out = ctypes.create_string_buffer(length.value + 1)
+        _check(_c.hetero_engine_detokenize(self._handle, array, len(ids), int(skip_special), out, len(out),
+                                           ctypes.byref(length)))
+        return out.raw[:length.value].decode(errors=errors)
+
+    @property
+    def vocab_size(self):
+        """The number of ids in the model's vocabulary."""
+        self._check_open()
+        return int(_c.hetero_engine_vocab_size(self._handle))
+
+    def _check_open(self):
+        if not self._handle:
+            raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
+
     def close(self):
         if getattr(self, "_handle", None):
             _c.hetero_engine_destroy(self._handle)
@@ -272,12 +315,14 @@ class Engine:
         self.close()
 
 
-_RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=0, timeout=None, tools=None,
-                     max_tool_rounds=4, constrain_tool_calls=True, on_text=None)
+_RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
+                     frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
+                     tools=None, max_tool_rounds=4, constrain_tool_calls=True, on_text=None)
 
 
-def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, seed, timeout, tools, max_tool_rounds,
-                         constrain_tool_calls, on_text):
+def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
+                         frequency_penalty, presence_penalty, penalty_window, stop, seed, timeout, tools,
+                         max_tool_rounds, constrain_tool_calls, on_text):
     """Checks run()'s arguments (TypeError or InvalidArgument naming the parameter);
     returns the message as UTF-8."""
     encoded = _args.text(message, "message")
@@ -285,6 +330,19 @@ def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, seed
     _args.real(temperature, "temperature", minimum=0)
     _args.integer(top_k, "top_k", minimum=0, maximum=(1 << 31) - 1)
     _args.real(top_p, "top_p", above=0, maximum=1)
+    _args.real(min_p, "min_p", minimum=0)
+    if min_p >= 1:
+        raise _errors_invalid(f"min_p must be < 1, got {min_p}")
+    _args.real(repetition_penalty, "repetition_penalty", above=0)
+    _args.real(frequency_penalty, "frequency_penalty")
+    _args.real(presence_penalty, "presence_penalty")
+    _args.integer(penalty_window, "penalty_window", minimum=0, maximum=(1 << 31) - 1)
+    if stop is not None:
+        _args.sequence(stop, "stop")
+        for i, s in enumerate(stop):
+            _args.text(s, f"stop[{i}]")
+            if not s:
+                raise _errors_invalid(f"stop[{i}] is empty")
     _args.integer(seed, "seed", minimum=0, maximum=(1 << 64) - 1)
     if timeout is not None:
         _args.real(timeout, "timeout", above=0, maximum=(1 << 31) / 1000)
@@ -308,14 +366,19 @@ class Session:
         _check(_c.hetero_session_create(engine._handle, _args.text(system_prompt, "system_prompt", optional=True),
                                         ctypes.byref(self._handle)))
 
-    def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, seed=0, timeout=None,
+    def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
+            frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
             tools=None, max_tool_rounds=4, constrain_tool_calls=True, on_text=None):
         """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
-        `on_text(piece)` receives answer text as it is generated; returning False cancels."""
-        encoded_message = _check_run_arguments(message, max_tokens=max_tokens, temperature=temperature, top_k=top_k,
-                                               top_p=top_p, seed=seed, timeout=timeout, tools=tools,
-                                               max_tool_rounds=max_tool_rounds,
-                                               constrain_tool_calls=constrain_tool_calls, on_text=on_text)
+        `on_text(piece)` receives answer text as it is generated; returning False cancels.
+        Sampling: penalties (repetition, frequency, presence, over the last `penalty_window`
+        tokens) first, then top_k, min_p, top_p and the temperature draw (0: greedy). `stop`:
+        strings that end the reply before them (not shown)."""
+        encoded_message = _check_run_arguments(
+            message, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
+            presence_penalty=presence_penalty, penalty_window=penalty_window, stop=stop, seed=seed, timeout=timeout,
+            tools=tools, max_tool_rounds=max_tool_rounds, constrain_tool_calls=constrain_tool_calls, on_text=on_text)
         options = _lib.RunOptions()
         _c.hetero_run_options_default(ctypes.byref(options))
         options.max_tokens = max_tokens
@@ -323,6 +386,16 @@ class Session:
         options.top_k = top_k
         options.top_p = top_p
         options.seed = seed
+        options.min_p = min_p
+        options.repetition_penalty = repetition_penalty
+        options.frequency_penalty = frequency_penalty
+        options.presence_penalty = presence_penalty
+        options.penalty_window = penalty_window
+        stop_strings = [s.encode() for s in stop] if stop else []
+        stop_array = (ctypes.c_char_p * max(1, len(stop_strings)))(*stop_strings)  # lives through the run
+        if stop_strings:
+            options.stop = ctypes.cast(stop_array, ctypes.POINTER(ctypes.c_char_p))
+            options.stop_count = len(stop_strings)
         options.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
         options.max_tool_rounds = max_tool_rounds
         options.constrain_tool_calls = 1 if constrain_tool_calls else 0

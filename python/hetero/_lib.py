@@ -69,7 +69,10 @@ class RunOptions(ctypes.Structure):
                 ("top_k", ctypes.c_int32), ("top_p", ctypes.c_float), ("seed", ctypes.c_uint64),
                 ("timeout_ms", ctypes.c_uint32), ("on_text", TEXT_CALLBACK), ("on_text_user_data", ctypes.c_void_p),
                 ("tools", ctypes.c_void_p), ("max_tool_rounds", ctypes.c_int32),
-                ("constrain_tool_calls", ctypes.c_int32)]
+                ("constrain_tool_calls", ctypes.c_int32), ("min_p", ctypes.c_float),
+                ("repetition_penalty", ctypes.c_float), ("frequency_penalty", ctypes.c_float),
+                ("presence_penalty", ctypes.c_float), ("penalty_window", ctypes.c_int32),
+                ("stop", ctypes.POINTER(ctypes.c_char_p)), ("stop_count", ctypes.c_size_t)]
 
 
 def _declare(lib):
@@ -87,6 +90,12 @@ def _declare(lib):
         "hetero_engine_embedding_dimension": (ctypes.c_int32, [p]),
         "hetero_engine_embed": (c_status, [p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_int32,
                                            ctypes.c_int32, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t]),
+        "hetero_engine_tokenize": (c_status, [p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,
+                                              ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t,
+                                              ctypes.POINTER(ctypes.c_size_t)]),
+        "hetero_engine_detokenize": (c_status, [p, ctypes.POINTER(ctypes.c_int32), ctypes.c_size_t, ctypes.c_int32,
+                                                ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+        "hetero_engine_vocab_size": (ctypes.c_int32, [p]),
         "hetero_tool_reply_set_result": (c_status, [p, ctypes.c_char_p, ctypes.c_size_t]),
         "hetero_tool_reply_set_error": (c_status, [p, ctypes.c_char_p]),
         "hetero_tool_default": (None, [ctypes.POINTER(Tool)]),

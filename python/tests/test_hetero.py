@@ -197,6 +197,52 @@ def test_run_argument_checks(engine):
     assert session.run("Say hi.", max_tokens=4).generated_tokens > 0
 
 
+@needs_model
+def test_tokens_in_and_out(engine):
+    assert engine.vocab_size == 49152
+    ids = engine.tokenize("Hello world!")
+    assert ids == [19556, 905, 17]
+    assert engine.detokenize(ids) == "Hello world!"
+    assert len(engine.tokenize("<|im_start|>")) == 1
+    assert len(engine.tokenize("<|im_start|>", parse_special=False)) > 1
+    assert engine.detokenize(engine.tokenize("<|im_start|>"), skip_special=True) == ""
+    assert engine.detokenize([]) == ""
+    text = "Grüße, 東京 🙂"
+    assert engine.detokenize(engine.tokenize(text)) == text
+    with pytest.raises(hetero.InvalidArgument, match=r"tokens\[1\] is 49152"):
+        engine.detokenize([1, 49152])
+    with pytest.raises(TypeError, match=r"tokens\[0\]"):
+        engine.detokenize(["1"])
+    with pytest.raises(TypeError, match="text"):
+        engine.tokenize(b"bytes")
+    with pytest.raises(TypeError, match="add_bos"):
+        engine.tokenize("x", add_bos=1)
+
+
+@needs_model
+def test_stop_strings_and_penalties(engine):
+    reply = engine.session().run("Count from one to ten in words.", max_tokens=24).text
+    assert len(reply) > 8
+    stop_at = reply[len(reply) // 2:len(reply) // 2 + 4]
+    stopped = engine.session().run("Count from one to ten in words.", max_tokens=24, stop=["never here", stop_at])
+    assert stop_at not in stopped.text and reply.startswith(stopped.text)
+    assert stopped.report["stop_reason"] == "stop_string"
+    penalised = engine.session().run("Count from one to ten in words.", max_tokens=24, repetition_penalty=100.0,
+                                     penalty_window=256)
+    assert penalised.text != reply
+    session = engine.session()
+    with pytest.raises(hetero.InvalidArgument, match=r"stop\[0\] is empty"):
+        session.run("Hi", stop=[""])
+    with pytest.raises(TypeError, match="stop"):
+        session.run("Hi", stop="x")
+    with pytest.raises(hetero.InvalidArgument, match="min_p"):
+        session.run("Hi", min_p=1.0)
+    with pytest.raises(hetero.InvalidArgument, match="repetition_penalty"):
+        session.run("Hi", repetition_penalty=0)
+    with pytest.raises(hetero.InvalidArgument, match="penalty_window"):
+        session.run("Hi", penalty_window=-1)
+
+
 def test_engine_errors():
     with pytest.raises(hetero.NotFound, match="/nonexistent/model.gguf") as info:
         hetero.Engine("/nonexistent/model.gguf")

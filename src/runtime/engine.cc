@@ -350,6 +350,8 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::EmbedTokens(const std::v
 
 int Engine::embedding_dimension() const { return impl_->model->config().n_embd; }
 
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer_owned; }
+
 EngineStats Engine::stats() const {
   EngineStats s;
   {
@@ -417,6 +419,10 @@ int Session::kv_tokens() const {
 
 absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const RunOptions& options) {
   State& s = *state_;
+  for (size_t i = 0; i < options.stop.size(); ++i) {
+    // An empty stop string would match at once and end every reply before it starts.
+    if (options.stop[i].empty()) return absl::InvalidArgumentError(absl::StrCat("RunOptions::stop[", i, "] is empty"));
+  }
   std::vector<ChatMessage> messages;
   internal::GeneratedTurns generated;
   {
