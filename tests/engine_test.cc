@@ -364,6 +364,10 @@ TEST_F(EngineTest, RefusesMisuse) {
   RunOptions bad_sampling = Greedy(4);
   bad_sampling.sampling.top_p = 0;
   EXPECT_THAT((*s)->Run("Hi", bad_sampling), StatusIs(absl::StatusCode::kInvalidArgument));
+  RunOptions empty_stop = Greedy(4);
+  empty_stop.stop = {"\n\n", ""};  // would match at once and end every reply before it starts
+  EXPECT_THAT((*s)->Run("Hi", empty_stop), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("stop[1] is empty")));
+  EXPECT_EQ((*s)->messages().size(), 0u) << "refused before the conversation changed";
 }
 
 }  // namespace
