@@ -304,6 +304,11 @@ typedef struct hetero_run_options {
   int32_t penalty_window;         /* most recent tokens the penalties look at, >= 0; default 64 */
   const char* const* stop;        /* stop_count stop strings (NUL-terminated UTF-8, not empty); */
   size_t stop_count;              /*  a reply ends before the first one, which is not shown */
+  const char* response_schema_json; /* NULL or "": free text. Else a JSON schema (the tool
+                                       schema subset, an object at its root) the
+                                       whole reply is held to: one JSON value that parses and
+                                       passes it, closed within max_tokens. Not with tools
+                                       (UNSUPPORTED); a bad schema is INVALID_ARGUMENT */
 } hetero_run_options;
 
 HETERO_C_API void hetero_run_options_default(hetero_run_options* options);

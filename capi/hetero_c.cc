@@ -615,6 +615,7 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
       if (o.stop[i][0] == '\0') return Fail(HETERO_INVALID_ARGUMENT, "hetero_session_run: " + which + " is empty");
       run.stop.emplace_back(o.stop[i]);
     }
+    if (o.response_schema_json != nullptr) run.response_schema_json = o.response_schema_json;
     run.timeout = std::chrono::milliseconds(o.timeout_ms);
     if (o.on_text != nullptr) {
       run.on_text = [callback = o.on_text, user_data = o.on_text_user_data](std::string_view piece) {

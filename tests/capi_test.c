@@ -555,6 +555,23 @@ static void test_tokens_and_sampling(const char* model) {
     }
     hetero_session_destroy(third);
   }
+  /* A reply held to a JSON schema; a bad one named; not with tools. */
+  hetero_run_options structured;
+  hetero_run_options_default(&structured);
+  CHECK(structured.response_schema_json == NULL);
+  structured.max_tokens = 48;
+  structured.response_schema_json =
+      "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 30}}, "
+      "\"required\": [\"city\"]}";
+  EXPECT(hetero_session_run(session, "Where is the Eiffel Tower?", &structured, &result), HETERO_OK, NULL);
+  if (result != NULL) {
+    CHECK(strncmp(hetero_result_text(result), "{\"city\":", 8) == 0);
+    CHECK(hetero_result_text(result)[strlen(hetero_result_text(result)) - 1] == '}');
+    hetero_result_destroy(result);
+    result = NULL;
+  }
+  structured.response_schema_json = "{\"type\": \"object\", \"oneOf\": []}";
+  EXPECT(hetero_session_run(session, "Hi", &structured, &result), HETERO_INVALID_ARGUMENT, "oneOf");
   hetero_session_destroy(session);
   hetero_engine_destroy(engine);
 }

@@ -95,7 +95,7 @@ TEST(ToolSchemaTest, RefusesWhatItDoesNotSupport) {
       {R"({"type": "object", "properties": {"a": {"enum": ["x", 1]}}})", "'enum' mixes types"},
       {R"({"type": "object", "properties": {"a": {"type": "string", "enum": ["x", "x"]}}})", "'enum' repeats"},
       {R"({"type": "object", "properties": {"a": {"type": "string", "enum": [1]}}})", "is not of type string"},
-      {R"({"type": "string"})", "tool parameters must be an object schema"},
+      {R"({"type": "string"})", "the root must be an object schema (type object)"},
       {R"({"type": "objekt"})", "unknown type 'objekt'"},
       {R"({"type": "object", "properties": )", "not valid JSON"},
       {R"([1, 2])", "a schema must be a JSON object"},

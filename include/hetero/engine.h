@@ -176,6 +176,12 @@ struct RunOptions {
   // registered names and each tool's argument schema.
   bool constrain_tool_calls = true;
   size_t max_tool_result_bytes = 16384;  // longer results are cut, and the model told
+  // A JSON schema (the tool schema subset, docs/TOOLS.md; an object at its root)
+  // that the whole reply is held to by constrained decoding, like OpenAI's response_format
+  // json_schema: the reply is one JSON value that parses and passes the schema, closed
+  // within max_tokens (only a stop string or a cancellation can cut it). Empty: free text.
+  // Not with tool_registry yet (Unimplemented).
+  std::string response_schema_json;
   bool ignore_end_of_generation = false; // benchmarks: always generate max_tokens
   // Understand on the CPU before any Generate work (docs/UNDERSTAND.md). The safety gate's
   // deny rules and a router's `refuse:` route answer with a refusal and no decoding; a

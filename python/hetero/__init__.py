@@ -317,12 +317,12 @@ class Engine:
 
 _RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
                      frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
-                     tools=None, max_tool_rounds=4, constrain_tool_calls=True, on_text=None)
+                     tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, on_text=None)
 
 
 def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
                          frequency_penalty, presence_penalty, penalty_window, stop, seed, timeout, tools,
-                         max_tool_rounds, constrain_tool_calls, on_text):
+                         max_tool_rounds, constrain_tool_calls, response_schema, on_text):
     """Checks run()'s arguments (TypeError or InvalidArgument naming the parameter);
     returns the message as UTF-8."""
     encoded = _args.text(message, "message")
@@ -353,6 +353,8 @@ def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_
                 raise TypeError(f"tools[{i}] must be a hetero.Tool or a function, not {type(t).__name__}")
     _args.integer(max_tool_rounds, "max_tool_rounds", minimum=0, maximum=(1 << 31) - 1)
     _args.flag(constrain_tool_calls, "constrain_tool_calls")
+    if response_schema is not None and not isinstance(response_schema, (dict, str)):
+        raise TypeError(f"response_schema must be a dict, a JSON str or None, not {type(response_schema).__name__}")
     _args.callback(on_text, "on_text")
     return encoded
 
@@ -368,17 +370,20 @@ class Session:
 
     def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
             frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
-            tools=None, max_tool_rounds=4, constrain_tool_calls=True, on_text=None):
+            tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, on_text=None):
         """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
         `on_text(piece)` receives answer text as it is generated; returning False cancels.
         Sampling: penalties (repetition, frequency, presence, over the last `penalty_window`
         tokens) first, then top_k, min_p, top_p and the temperature draw (0: greedy). `stop`:
-        strings that end the reply before them (not shown)."""
+        strings that end the reply before them (not shown). `response_schema` (a dict or JSON
+        text; not with tools): the reply is one JSON value passing that schema, by
+        constrained decoding; `json.loads(result.text)` reads it."""
         encoded_message = _check_run_arguments(
             message, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, penalty_window=penalty_window, stop=stop, seed=seed, timeout=timeout,
-            tools=tools, max_tool_rounds=max_tool_rounds, constrain_tool_calls=constrain_tool_calls, on_text=on_text)
+            tools=tools, max_tool_rounds=max_tool_rounds, constrain_tool_calls=constrain_tool_calls,
+            response_schema=response_schema, on_text=on_text)
         options = _lib.RunOptions()
         _c.hetero_run_options_default(ctypes.byref(options))
         options.max_tokens = max_tokens
@@ -396,6 +401,9 @@ class Session:
         if stop_strings:
             options.stop = ctypes.cast(stop_array, ctypes.POINTER(ctypes.c_char_p))
             options.stop_count = len(stop_strings)
+        if response_schema is not None:
+            schema_text = response_schema if isinstance(response_schema, str) else json.dumps(response_schema)
+            options.response_schema_json = schema_text.encode()
         options.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
         options.max_tool_rounds = max_tool_rounds
         options.constrain_tool_calls = 1 if constrain_tool_calls else 0

@@ -72,7 +72,8 @@ class RunOptions(ctypes.Structure):
                 ("constrain_tool_calls", ctypes.c_int32), ("min_p", ctypes.c_float),
                 ("repetition_penalty", ctypes.c_float), ("frequency_penalty", ctypes.c_float),
                 ("presence_penalty", ctypes.c_float), ("penalty_window", ctypes.c_int32),
-                ("stop", ctypes.POINTER(ctypes.c_char_p)), ("stop_count", ctypes.c_size_t)]
+                ("stop", ctypes.POINTER(ctypes.c_char_p)), ("stop_count", ctypes.c_size_t),
+                ("response_schema_json", ctypes.c_char_p)]
 
 
 def _declare(lib):

@@ -2,6 +2,7 @@
 codes, and runs on the default model (skipped when it is not present). Run from the
 repository root: python3 -m pytest python/tests"""
 
+import json
 import os
 import pathlib
 import threading
@@ -241,6 +242,28 @@ def test_stop_strings_and_penalties(engine):
         session.run("Hi", repetition_penalty=0)
     with pytest.raises(hetero.InvalidArgument, match="penalty_window"):
         session.run("Hi", penalty_window=-1)
+
+
+@needs_model
+def test_response_schema(engine):
+    schema = {"type": "object", "required": ["city", "country"],
+              "properties": {"city": {"type": "string", "maxLength": 30}, "country": {"type": "string", "maxLength": 30}}}
+    result = engine.session().run("Where is the Eiffel Tower?", response_schema=schema, max_tokens=48)
+    reply = json.loads(result.text)
+    assert set(reply) == {"city", "country"} and all(isinstance(v, str) for v in reply.values())
+    same = engine.session().run("Where is the Eiffel Tower?", response_schema=json.dumps(schema), max_tokens=48)
+    assert same.text == result.text
+    with pytest.raises(TypeError, match="response_schema"):
+        engine.session().run("Hi", response_schema=["not", "a", "schema"])
+    with pytest.raises(hetero.InvalidArgument, match="'pattern'"):
+        engine.session().run("Hi", response_schema={"type": "object", "properties": {"a": {"type": "string",
+                                                                                          "pattern": "x"}}})
+    def echo(text: str) -> str:
+        """Echoes the text."""
+        return text
+
+    with pytest.raises(hetero.Unsupported, match="tool_registry"):
+        engine.session().run("Hi", response_schema=schema, tools=[echo])
 
 
 def test_engine_errors():

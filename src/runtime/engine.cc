@@ -14,6 +14,7 @@
 #include "src/runtime/energy/energy_meter.h"
 #include "src/runtime/status_macros.h"
 #include "src/runtime/test_hooks.h"
+#include "src/runtime/tools/json_schema.h"
 #include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
@@ -423,6 +424,18 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     // An empty stop string would match at once and end every reply before it starts.
     if (options.stop[i].empty()) return absl::InvalidArgumentError(absl::StrCat("RunOptions::stop[", i, "] is empty"));
   }
+  std::shared_ptr<const internal::Grammar> response_grammar;
+  if (!options.response_schema_json.empty()) {
+    if (options.tool_registry != nullptr) {
+      return absl::UnimplementedError(
+          "RunOptions::response_schema_json with a tool_registry: a schema for the agent loop's final answer is not "
+          "implemented; run the tools, then ask for the structured answer in a run without tools");
+    }
+    // Compile refuses a root that is not an object, as OpenAI's structured outputs do.
+    HETERO_ASSIGN_OR_RETURN(std::unique_ptr<internal::CompiledSchema> schema,
+                            internal::CompiledSchema::Compile(options.response_schema_json, "response schema"));
+    response_grammar = internal::Grammar::ForSchema(schema->root());  // the grammar copies what it needs
+  }
   std::vector<ChatMessage> messages;
   internal::GeneratedTurns generated;
   {
@@ -446,6 +459,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   task.kv = &s.kv;
 
   const ToolRegistry* registry = options.tool_registry.get();
+  task.response_grammar = std::move(response_grammar);
   if (registry != nullptr) {
     task.tool_format = internal::ResolveToolFormat(s.engine->chat_template(), options.tool_format);
     task.report.tool_format = std::string(ToolCallFormatName(task.tool_format));

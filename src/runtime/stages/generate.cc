@@ -29,6 +29,10 @@ absl::Status GenerateStage::Run(TaskContext& task) {
     if (grammar != nullptr) {
       job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), grammar, task.tool_format);
     }
+  } else if (task.response_grammar != nullptr) {
+    // The generic format's constraint holds the whole reply, from its first byte, to one value.
+    job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), task.response_grammar,
+                                                                     ToolCallFormat::kGeneric);
   }
   job->deadline = task.deadline;
   job->cancelled = task.cancelled;

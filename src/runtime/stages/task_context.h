@@ -65,6 +65,8 @@ struct TaskContext {
   std::optional<std::string> refusal;  // set: the task answers this, with no more Generate
   std::string route;
   std::shared_ptr<const internal::Grammar> route_grammar;
+  // RunOptions::response_schema_json, compiled: the grammar the whole reply is held to.
+  std::shared_ptr<const internal::Grammar> response_grammar;
   int max_tokens() const {
     return small_answer ? std::min(options->max_tokens, options->small_answer_tokens) : options->max_tokens;
   }

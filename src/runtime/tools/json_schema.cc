@@ -313,7 +313,7 @@ absl::StatusOr<std::unique_ptr<CompiledSchema>> CompiledSchema::Compile(absl::st
   // not possible with std::map-backed json, so compile from the ordered tree directly.
   const json plain = json::parse(ordered.dump(), nullptr, false);
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<SchemaNode> root, CompileNode(plain, root_path, 0));
-  if (root->type != SchemaType::kObject) return Refuse(root_path, "tool parameters must be an object schema");
+  if (root->type != SchemaType::kObject) return Refuse(root_path, "the root must be an object schema (type object)");
   // Restore declaration order of properties from the ordered parse.
   struct Reorder {
     static void Apply(SchemaNode& n, const nlohmann::ordered_json& s) {
