@@ -309,6 +309,8 @@ typedef struct hetero_run_options {
                                        whole reply is held to: one JSON value that parses and
                                        passes it, closed within max_tokens. Not with tools
                                        (UNSUPPORTED); a bad schema is INVALID_ARGUMENT */
+  int32_t logprobs;               /* nonzero: each generated token's log-probability (below) */
+  int32_t top_logprobs;           /* with logprobs: this many most likely alternatives, 0 to 20 */
 } hetero_run_options;
 
 HETERO_C_API void hetero_run_options_default(hetero_run_options* options);
@@ -339,6 +341,23 @@ HETERO_C_API const char* hetero_result_report_json(const hetero_result* result);
 /* Shortcuts into the report; 0 for NULL. */
 HETERO_C_API int32_t hetero_result_generated_tokens(const hetero_result* result);
 HETERO_C_API int32_t hetero_result_tool_call_count(const hetero_result* result);
+
+/* Log-probabilities (run.logprobs nonzero): one entry per token of the last Generate stage
+ * as generated (with tools in the generic format, the reply envelope's tokens too). Each is
+ * the natural log of the token's probability under the model's distribution at that step,
+ * the log-softmax of the logits before penalties, temperature, truncation or a constraint.
+ * The count is 0 without run.logprobs or for NULL. */
+HETERO_C_API size_t hetero_result_logprob_count(const hetero_result* result);
+/* Entry `index`: the token and its log-probability. INVALID_ARGUMENT for a NULL argument or
+ * an index past the count. */
+HETERO_C_API hetero_status hetero_result_logprob(const hetero_result* result, size_t index, int32_t* out_token,
+                                                 float* out_logprob);
+/* The alternatives at entry `index`: run.top_logprobs of them (0 for a bad index or NULL),
+ * rank 0 the most likely (ties: lower id first). INVALID_ARGUMENT for a NULL argument, or
+ * an index or rank past its count. */
+HETERO_C_API size_t hetero_result_top_logprob_count(const hetero_result* result, size_t index);
+HETERO_C_API hetero_status hetero_result_top_logprob(const hetero_result* result, size_t index, size_t rank,
+                                                     int32_t* out_token, float* out_logprob);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,7 @@ struct hetero_result {
   std::string report_json;
   int32_t generated_tokens = 0;
   int32_t tool_calls = 0;
+  std::vector<hetero::TokenLogprob> logprobs;
 };
 
 namespace {
@@ -616,6 +617,13 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
       run.stop.emplace_back(o.stop[i]);
     }
     if (o.response_schema_json != nullptr) run.response_schema_json = o.response_schema_json;
+    if (o.logprobs != 0) {
+      if (o.top_logprobs < 0 || o.top_logprobs > hetero::kMaxTopLogprobs) {
+        return Fail(HETERO_INVALID_ARGUMENT, "hetero_session_run: top_logprobs is " + std::to_string(o.top_logprobs) +
+                                                 ", expected 0 to " + std::to_string(hetero::kMaxTopLogprobs));
+      }
+      run.logprobs = o.top_logprobs;
+    }
     run.timeout = std::chrono::milliseconds(o.timeout_ms);
     if (o.on_text != nullptr) {
       run.on_text = [callback = o.on_text, user_data = o.on_text_user_data](std::string_view piece) {
@@ -632,6 +640,7 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
     out->report_json = ReportJson(result->report).dump();
     out->generated_tokens = result->report.generated_tokens;
     out->tool_calls = static_cast<int32_t>(result->report.tool_calls.size());
+    out->logprobs = std::move(result->logprobs);
     *out_result = out.release();
     return HETERO_OK;
   });
@@ -650,5 +659,49 @@ int32_t hetero_result_generated_tokens(const hetero_result* result) {
 }
 
 int32_t hetero_result_tool_call_count(const hetero_result* result) { return result != nullptr ? result->tool_calls : 0; }
+
+size_t hetero_result_logprob_count(const hetero_result* result) {
+  return result != nullptr ? result->logprobs.size() : 0;
+}
+
+hetero_status hetero_result_logprob(const hetero_result* result, size_t index, int32_t* out_token, float* out_logprob) {
+  return Guard("hetero_result_logprob", [&]() -> hetero_status {
+    if (result == nullptr) return NullArgument("hetero_result_logprob", "result");
+    if (out_token == nullptr) return NullArgument("hetero_result_logprob", "out_token");
+    if (out_logprob == nullptr) return NullArgument("hetero_result_logprob", "out_logprob");
+    if (index >= result->logprobs.size()) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_result_logprob: index " + std::to_string(index) + " is past the " +
+                                               std::to_string(result->logprobs.size()) + " entries");
+    }
+    *out_token = result->logprobs[index].token;
+    *out_logprob = result->logprobs[index].logprob;
+    return HETERO_OK;
+  });
+}
+
+size_t hetero_result_top_logprob_count(const hetero_result* result, size_t index) {
+  return result != nullptr && index < result->logprobs.size() ? result->logprobs[index].top.size() : 0;
+}
+
+hetero_status hetero_result_top_logprob(const hetero_result* result, size_t index, size_t rank, int32_t* out_token,
+                                        float* out_logprob) {
+  return Guard("hetero_result_top_logprob", [&]() -> hetero_status {
+    if (result == nullptr) return NullArgument("hetero_result_top_logprob", "result");
+    if (out_token == nullptr) return NullArgument("hetero_result_top_logprob", "out_token");
+    if (out_logprob == nullptr) return NullArgument("hetero_result_top_logprob", "out_logprob");
+    if (index >= result->logprobs.size()) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_result_top_logprob: index " + std::to_string(index) +
+                                               " is past the " + std::to_string(result->logprobs.size()) + " entries");
+    }
+    const auto& top = result->logprobs[index].top;
+    if (rank >= top.size()) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_result_top_logprob: rank " + std::to_string(rank) + " is past the " +
+                                               std::to_string(top.size()) + " alternatives");
+    }
+    *out_token = top[rank].first;
+    *out_logprob = top[rank].second;
+    return HETERO_OK;
+  });
+}
 
 }  // extern "C"

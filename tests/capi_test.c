@@ -570,6 +570,37 @@ static void test_tokens_and_sampling(const char* model) {
     hetero_result_destroy(result);
     result = NULL;
   }
+  /* Log-probabilities: greedy, so each token is its step's most likely. */
+  hetero_run_options with_logprobs;
+  hetero_run_options_default(&with_logprobs);
+  CHECK(with_logprobs.logprobs == 0 && with_logprobs.top_logprobs == 0);
+  with_logprobs.max_tokens = 8;
+  with_logprobs.logprobs = 1;
+  with_logprobs.top_logprobs = 2;
+  EXPECT(hetero_session_run(session, "Say hello.", &with_logprobs, &result), HETERO_OK, NULL);
+  if (result != NULL) {
+    const size_t n = hetero_result_logprob_count(result);
+    CHECK(n == (size_t)hetero_result_generated_tokens(result) && n > 0);
+    for (size_t i = 0; i < n; ++i) {
+      int32_t token = -1, best = -2;
+      float lp = 1.0f, best_lp = 1.0f;
+      EXPECT(hetero_result_logprob(result, i, &token, &lp), HETERO_OK, NULL);
+      CHECK(hetero_result_top_logprob_count(result, i) == 2);
+      EXPECT(hetero_result_top_logprob(result, i, 0, &best, &best_lp), HETERO_OK, NULL);
+      CHECK(token == best && lp == best_lp && lp <= 0.0f);
+    }
+    int32_t token;
+    float lp;
+    EXPECT(hetero_result_logprob(result, n, &token, &lp), HETERO_INVALID_ARGUMENT, "past the");
+    EXPECT(hetero_result_top_logprob(result, 0, 2, &token, &lp), HETERO_INVALID_ARGUMENT, "rank 2 is past the 2");
+    EXPECT(hetero_result_logprob(result, 0, NULL, &lp), HETERO_INVALID_ARGUMENT, "out_token is NULL");
+    CHECK(hetero_result_top_logprob_count(result, n) == 0);
+    hetero_result_destroy(result);
+    result = NULL;
+  }
+  CHECK(hetero_result_logprob_count(NULL) == 0);
+  with_logprobs.top_logprobs = 21;
+  EXPECT(hetero_session_run(session, "Hi", &with_logprobs, &result), HETERO_INVALID_ARGUMENT, "top_logprobs is 21");
   structured.response_schema_json = "{\"type\": \"object\", \"oneOf\": []}";
   EXPECT(hetero_session_run(session, "Hi", &structured, &result), HETERO_INVALID_ARGUMENT, "oneOf");
   hetero_session_destroy(session);

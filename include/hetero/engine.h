@@ -145,6 +145,9 @@ struct TaskReport {
 struct RunResult {
   std::string text;  // the final assistant reply
   TaskReport report;
+  // With RunOptions::logprobs >= 0: each token of the last Generate stage as generated (with
+  // tools in the generic format, its envelope's tokens too), in order.
+  std::vector<TokenLogprob> logprobs;
 };
 
 // A caller's tool support: whether a reply is a tool call, and running it (returning the
@@ -159,6 +162,9 @@ struct RunOptions {
   int max_tokens = 256;
   SamplingParams sampling;
   std::vector<std::string> stop;
+  // >= 0: report each generated token's log-probability and this many most likely
+  // alternatives (at most kMaxTopLogprobs) in RunResult::logprobs; -1: off (no cost).
+  int logprobs = -1;
   std::chrono::milliseconds timeout{0};  // deadline for the whole task; 0: none
   double latency_target_seconds = 0;     // for the `cost` policy; 0: none
   // Text as it is generated (on an engine thread); return false to cancel the task.

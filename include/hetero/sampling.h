@@ -3,6 +3,8 @@
 #define HETERO_SAMPLING_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace hetero {
 
@@ -19,6 +21,19 @@ struct SamplingParams {
   int penalty_window = 64;           // most recent tokens the penalties look at
   uint64_t seed = 0;
 };
+
+// A generated token's log-probability under the model's distribution at that step: the
+// log-softmax of the logits, before penalties, temperature, truncation or a constraint's
+// mask, so it says how likely the model found the token, not how the sampler drew it.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  // The most likely tokens at that step with theirs, most likely first (ties: lower id).
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// At most this many alternatives per token (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
 
 }  // namespace hetero
 

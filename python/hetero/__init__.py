@@ -207,16 +207,33 @@ def invoke_tool(tools, name, arguments):
 # ---- engine, sessions, results ------------------------------------------------------------
 
 class Result:
-    """A run's final answer (`text`) and its task report (`report`, a dict)."""
+    """A run's final answer (`text`) and its task report (`report`, a dict). With
+    run(logprobs=True): `logprobs`, one dict per token of the last Generate stage,
+    {"token": id, "logprob": float, "top": [(id, logprob), ...]} (natural logs of the model's
+    probabilities, before sampling's penalties, temperature and masks); else None."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, logprobs=False):
         self.text = _c.hetero_result_text(handle).decode(errors="replace")
         self.report = json.loads(_c.hetero_result_report_json(handle).decode())
         self.generated_tokens = _c.hetero_result_generated_tokens(handle)
         self.tool_calls = self.report["tool_calls"]
+        self.logprobs = _read_logprobs(handle) if logprobs else None
 
     def __repr__(self):
         return f"Result(text={self.text!r}, generated_tokens={self.generated_tokens})"
+
+
+def _read_logprobs(handle):
+    token, logprob = ctypes.c_int32(), ctypes.c_float()
+    entries = []
+    for i in range(_c.hetero_result_logprob_count(handle)):
+        _check(_c.hetero_result_logprob(handle, i, ctypes.byref(token), ctypes.byref(logprob)))
+        entry = {"token": token.value, "logprob": logprob.value, "top": []}
+        for rank in range(_c.hetero_result_top_logprob_count(handle, i)):
+            _check(_c.hetero_result_top_logprob(handle, i, rank, ctypes.byref(token), ctypes.byref(logprob)))
+            entry["top"].append((token.value, logprob.value))
+        entries.append(entry)
+    return entries
 
 
 class Engine:
@@ -317,12 +334,13 @@ class Engine:
 
 _RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
                      frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
-                     tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, on_text=None)
+                     tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, logprobs=False,
+                     top_logprobs=0, on_text=None)
 
 
 def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
                          frequency_penalty, presence_penalty, penalty_window, stop, seed, timeout, tools,
-                         max_tool_rounds, constrain_tool_calls, response_schema, on_text):
+                         max_tool_rounds, constrain_tool_calls, response_schema, logprobs, top_logprobs, on_text):
     """Checks run()'s arguments (TypeError or InvalidArgument naming the parameter);
     returns the message as UTF-8."""
     encoded = _args.text(message, "message")
@@ -355,6 +373,10 @@ def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_
     _args.flag(constrain_tool_calls, "constrain_tool_calls")
     if response_schema is not None and not isinstance(response_schema, (dict, str)):
         raise TypeError(f"response_schema must be a dict, a JSON str or None, not {type(response_schema).__name__}")
+    _args.flag(logprobs, "logprobs")
+    _args.integer(top_logprobs, "top_logprobs", minimum=0, maximum=20)
+    if top_logprobs and not logprobs:
+        raise _errors_invalid("top_logprobs needs logprobs=True")
     _args.callback(on_text, "on_text")
     return encoded
 
@@ -370,20 +392,22 @@ class Session:
 
     def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
             frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
-            tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, on_text=None):
+            tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, logprobs=False,
+            top_logprobs=0, on_text=None):
         """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
         `on_text(piece)` receives answer text as it is generated; returning False cancels.
         Sampling: penalties (repetition, frequency, presence, over the last `penalty_window`
         tokens) first, then top_k, min_p, top_p and the temperature draw (0: greedy). `stop`:
         strings that end the reply before them (not shown). `response_schema` (a dict or JSON
         text; not with tools): the reply is one JSON value passing that schema, by
-        constrained decoding; `json.loads(result.text)` reads it."""
+        constrained decoding; `json.loads(result.text)` reads it. `logprobs`: each generated
+        token's log-probability in `Result.logprobs`, with `top_logprobs` (0-20) alternatives."""
         encoded_message = _check_run_arguments(
             message, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, penalty_window=penalty_window, stop=stop, seed=seed, timeout=timeout,
             tools=tools, max_tool_rounds=max_tool_rounds, constrain_tool_calls=constrain_tool_calls,
-            response_schema=response_schema, on_text=on_text)
+            response_schema=response_schema, logprobs=logprobs, top_logprobs=top_logprobs, on_text=on_text)
         options = _lib.RunOptions()
         _c.hetero_run_options_default(ctypes.byref(options))
         options.max_tokens = max_tokens
@@ -404,6 +428,8 @@ class Session:
         if response_schema is not None:
             schema_text = response_schema if isinstance(response_schema, str) else json.dumps(response_schema)
             options.response_schema_json = schema_text.encode()
+        options.logprobs = 1 if logprobs else 0
+        options.top_logprobs = top_logprobs
         options.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
         options.max_tool_rounds = max_tool_rounds
         options.constrain_tool_calls = 1 if constrain_tool_calls else 0
@@ -428,7 +454,7 @@ class Session:
                 raise raised[0]
             _check(status)
             try:
-                return Result(result)
+                return Result(result, logprobs=logprobs)
             finally:
                 _c.hetero_result_destroy(result)
         finally:

@@ -73,7 +73,8 @@ class RunOptions(ctypes.Structure):
                 ("repetition_penalty", ctypes.c_float), ("frequency_penalty", ctypes.c_float),
                 ("presence_penalty", ctypes.c_float), ("penalty_window", ctypes.c_int32),
                 ("stop", ctypes.POINTER(ctypes.c_char_p)), ("stop_count", ctypes.c_size_t),
-                ("response_schema_json", ctypes.c_char_p)]
+                ("response_schema_json", ctypes.c_char_p), ("logprobs", ctypes.c_int32),
+                ("top_logprobs", ctypes.c_int32)]
 
 
 def _declare(lib):
@@ -114,6 +115,12 @@ def _declare(lib):
         "hetero_result_report_json": (ctypes.c_char_p, [p]),
         "hetero_result_generated_tokens": (ctypes.c_int32, [p]),
         "hetero_result_tool_call_count": (ctypes.c_int32, [p]),
+        "hetero_result_logprob_count": (ctypes.c_size_t, [p]),
+        "hetero_result_logprob": (c_status, [p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32),
+                                             ctypes.POINTER(ctypes.c_float)]),
+        "hetero_result_top_logprob_count": (ctypes.c_size_t, [p, ctypes.c_size_t]),
+        "hetero_result_top_logprob": (c_status, [p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int32),
+                                                 ctypes.POINTER(ctypes.c_float)]),
     }
     for name, (restype, argtypes) in sigs.items():
         f = getattr(lib, name)

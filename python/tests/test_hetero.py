@@ -266,6 +266,23 @@ def test_response_schema(engine):
         engine.session().run("Hi", response_schema=schema, tools=[echo])
 
 
+@needs_model
+def test_logprobs(engine):
+    result = engine.session().run("Say hello.", max_tokens=12, logprobs=True, top_logprobs=3)
+    assert len(result.logprobs) == result.generated_tokens > 0
+    for entry in result.logprobs:
+        assert entry["logprob"] <= 0 and len(entry["top"]) == 3
+        assert entry["top"][0][1] >= entry["top"][1][1] >= entry["top"][2][1]
+        assert entry["token"] == entry["top"][0][0]  # greedy: the most likely token
+        assert abs(entry["logprob"] - entry["top"][0][1]) < 1e-6
+    assert engine.detokenize([e["token"] for e in result.logprobs]).startswith(result.text[:4])
+    assert engine.session().run("Say hello.", max_tokens=4).logprobs is None
+    with pytest.raises(hetero.InvalidArgument, match="top_logprobs"):
+        engine.session().run("Hi", logprobs=True, top_logprobs=21)
+    with pytest.raises(hetero.InvalidArgument, match="needs logprobs"):
+        engine.session().run("Hi", top_logprobs=2)
+
+
 def test_engine_errors():
     with pytest.raises(hetero.NotFound, match="/nonexistent/model.gguf") as info:
         hetero.Engine("/nonexistent/model.gguf")

@@ -176,6 +176,7 @@ bool DeviceWorker::Expired(GenerationJob& job, Clock::time_point now) {
 }
 
 bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
+  if (job.logprobs >= 0) job.model_logits.assign(logits.begin(), logits.end());  // sampling edits `logits`
   int32_t token;
   if (job.constraint != nullptr) {
     // Sample as usual; only if the token breaks the constraint, mask and sample again
@@ -209,6 +210,7 @@ bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
     return true;
   }
   job.generated.push_back(token);
+  if (job.logprobs >= 0) job.token_logprobs.push_back(LogProbabilities(job.model_logits, token, job.logprobs));
   job.history.push_back(token);
   absl::StatusOr<std::string> piece = job.detokenizer->Push(token);
   if (!piece.ok()) {

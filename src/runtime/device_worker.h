@@ -41,6 +41,7 @@ struct GenerationJob {
   std::optional<Clock::time_point> deadline;
   const std::atomic<bool>* cancelled = nullptr;
   std::unique_ptr<TokenConstraint> constraint;  // only tokens it allows are sampled
+  int logprobs = -1;  // >= 0: record each generated token's log-probability and this many alternatives
 
   // Results (written by the worker; read after done).
   absl::Status status;
@@ -50,6 +51,7 @@ struct GenerationJob {
   int kv_tokens_appended = 0;      // tokens this job wrote into the sequence's KV
   int64_t constraint_ns = 0;       // time in the constraint (checks, masks, resampling)
   int constraint_masked_steps = 0; // steps where the sampled token was refused
+  std::vector<TokenLogprob> token_logprobs;  // one per `generated` token, when logprobs >= 0
   Clock::time_point submitted, prefill_start, prefill_end, first_token, finished;
   bool done = false;
 
@@ -59,6 +61,7 @@ struct GenerationJob {
   size_t streamed = 0;
   std::unique_ptr<StreamingDetokenizer> detokenizer;
   std::vector<float> unmasked_logits;  // constrained sampling's copy
+  std::vector<float> model_logits;     // the step's logits before sampling touched them (logprobs)
 };
 
 class DeviceWorker {

@@ -424,6 +424,10 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     // An empty stop string would match at once and end every reply before it starts.
     if (options.stop[i].empty()) return absl::InvalidArgumentError(absl::StrCat("RunOptions::stop[", i, "] is empty"));
   }
+  if (options.logprobs < -1 || options.logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunOptions::logprobs is ", options.logprobs, ", expected -1 (off) or 0 to ", kMaxTopLogprobs));
+  }
   std::shared_ptr<const internal::Grammar> response_grammar;
   if (!options.response_schema_json.empty()) {
     if (options.tool_registry != nullptr) {
@@ -563,7 +567,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   // The session's KV is now free or evictable: a job waiting for memory may go.
   s.engine->cpu_worker->Poke();
   if (!status.ok()) return status;
-  return RunResult{answer, std::move(task.report)};
+  return RunResult{answer, std::move(task.report), std::move(task.token_logprobs)};
 }
 
 }  // namespace hetero

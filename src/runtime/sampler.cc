@@ -26,6 +26,36 @@ absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& p) {
   return Sampler(p);
 }
 
+TokenLogprob LogProbabilities(absl::Span<const float> logits, int32_t chosen, int top_k) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double log_total = max + std::log(sum);
+  // The k best as a small heap whose top is the worst kept: one pass, no vocabulary-sized
+  // scratch.
+  auto better = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::vector<int32_t> best;
+  const size_t k = static_cast<size_t>(std::clamp(top_k, 0, static_cast<int>(logits.size())));
+  best.reserve(k + 1);
+  for (int32_t id = 0; k > 0 && id < static_cast<int32_t>(logits.size()); ++id) {
+    if (best.size() < k) {
+      best.push_back(id);
+      std::push_heap(best.begin(), best.end(), better);
+    } else if (better(id, best.front())) {
+      std::pop_heap(best.begin(), best.end(), better);
+      best.back() = id;
+      std::push_heap(best.begin(), best.end(), better);
+    }
+  }
+  std::sort(best.begin(), best.end(), better);
+  TokenLogprob out;
+  out.token = chosen;
+  out.logprob = static_cast<float>(static_cast<double>(logits[chosen]) - log_total);
+  for (int32_t id : best) out.top.emplace_back(id, static_cast<float>(static_cast<double>(logits[id]) - log_total));
+  return out;
+}
+
 double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 void Sampler::ApplyPenalties(absl::Span<float> logits, absl::Span<const int32_t> history) const {

@@ -15,6 +15,10 @@
 namespace hetero {
 
 
+// `logits`' log-softmax at `chosen`, in float64, and the `top_k` largest entries (ties:
+// lower id first).
+TokenLogprob LogProbabilities(absl::Span<const float> logits, int32_t chosen, int top_k);
+
 class Sampler {
  public:
   // InvalidArgument naming the parameter when a value is out of range.

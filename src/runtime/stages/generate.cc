@@ -17,6 +17,7 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   job->max_tokens = task.max_tokens();
   job->ignore_end_of_generation = task.options->ignore_end_of_generation;
   job->stop_strings = task.options->stop;
+  job->logprobs = task.options->logprobs;
   job->on_text = task.options->on_text;
   if (task.options->tool_registry != nullptr) {
     // The user sees only answer text, never tool-call markup.
@@ -74,6 +75,7 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   // Debian's (uninstrumented) Abseil, where ThreadSanitizer cannot see it synchronise.
   if (!job->status.ok()) return absl::Status(job->status.code(), job->status.message());
   task.reply = job->text;
+  task.token_logprobs = std::move(job->token_logprobs);  // the last Generate's, as RunResult says
   if (task.options->tool_registry != nullptr) task.parsed = ParseToolCalls(task.reply, task.tool_format);
   return absl::OkStatus();
 }

@@ -88,6 +88,7 @@ struct TaskContext {
 
   // Set by Generate.
   std::string reply;
+  std::vector<TokenLogprob> token_logprobs;  // RunOptions::logprobs >= 0
 
   double MsSinceStart(Clock::time_point t) const {
     return std::chrono::duration<double, std::milli>(t - start).count();
