@@ -84,7 +84,13 @@ def _schema_of(annotation, where):
 
 
 class Tool:
-    """A Python function the model may call: name, description, JSON schema, timeout."""
+    """A Python function the model may call: name, description, JSON schema, timeout.
+
+    The schema (from the type hints, or given) uses hetero's subset: type, properties,
+    required, additionalProperties (false only), enum, const, minimum, maximum, minLength,
+    maxLength, items, minItems, maxItems and the annotations description, title, default,
+    examples; 8 levels at most. Other keywords (pattern, oneOf, $ref, format, ...) are
+    refused by name when the tool set is built (InvalidArgument)."""
 
     def __init__(self, function, name=None, description=None, schema=None, timeout=10.0):
         self.function = function
