@@ -38,12 +38,16 @@ Tool MakeTool(std::string name, std::string description, std::function<absl::Sta
   return t;
 }
 
+absl::StatusOr<std::unique_ptr<Engine>> DefaultEngine(int threads) {
+  EngineOptions o;
+  o.threads = threads;
+  o.kv_capacity_tokens = 8192;
+  return Engine::Create(kDefaultModelPath, o);
+}
+
 TEST(AgentLoopTest, BadToolsDoNotBreakTheSession) {
   HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
-  EngineOptions o;
-  o.threads = 1;
-  o.kv_capacity_tokens = 8192;
-  auto engine = Engine::Create(kDefaultModelPath, o);
+  auto engine = DefaultEngine(1);
   ASSERT_TRUE(engine.ok()) << engine.status();
   auto tools = std::make_shared<ToolRegistry>();
   ASSERT_TRUE(tools->Register(MakeTool("search_web", "Searches the web for a topic.",
@@ -136,10 +140,7 @@ void ExpectNoEnvelopeInHistory(const Session& session) {
 // after one with tools is shown the earlier turns as generated, so their KV is reused.
 TEST(AgentLoopTest, RunsWithAndWithoutToolsInOneSession) {
   HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
-  EngineOptions o;
-  o.threads = 2;
-  o.kv_capacity_tokens = 8192;
-  auto engine = Engine::Create(kDefaultModelPath, o);
+  auto engine = DefaultEngine(2);
   ASSERT_TRUE(engine.ok()) << engine.status();
   RunOptions with_tools;
   with_tools.max_tokens = 64;

@@ -260,6 +260,18 @@ static void cpu_policy(hetero_stage stage, const hetero_task_state* task, const 
            stage == HETERO_STAGE_GENERATE ? "generate" : "other");
 }
 
+/* An engine on `model` with 2 threads and at most `max_sessions` sessions (0: the default). */
+static hetero_engine* open_engine(const char* model, int32_t max_sessions) {
+  hetero_engine_options options;
+  hetero_engine_options_default(&options);
+  options.model_path = model;
+  options.threads = 2;
+  options.max_sessions = max_sessions;
+  hetero_engine* engine = NULL;
+  EXPECT(hetero_engine_create(&options, &engine), HETERO_OK, NULL);
+  return engine;
+}
+
 static void test_runs(const char* model) {
   policy_t policy = {{0, 0, 0}, 0};
   hetero_engine_options eo;
@@ -344,12 +356,7 @@ static void test_runs(const char* model) {
   hetero_tools_destroy(tools);
 
   /* Past max_sessions: BUSY. */
-  hetero_engine_options small;
-  hetero_engine_options_default(&small);
-  small.model_path = model;
-  small.max_sessions = 1;
-  hetero_engine* small_engine = NULL;
-  EXPECT(hetero_engine_create(&small, &small_engine), HETERO_OK, NULL);
+  hetero_engine* small_engine = open_engine(model, 1);
   if (small_engine != NULL) {
     hetero_session* first = NULL;
     hetero_session* second = NULL;
@@ -408,12 +415,7 @@ static void test_runs(const char* model) {
 
 /* Tokens in and out, every error path; the sampler's options and stop strings. */
 static void test_tokens_and_sampling(const char* model) {
-  hetero_engine_options eo;
-  hetero_engine_options_default(&eo);
-  eo.model_path = model;
-  eo.threads = 2;
-  hetero_engine* engine = NULL;
-  EXPECT(hetero_engine_create(&eo, &engine), HETERO_OK, NULL);
+  hetero_engine* engine = open_engine(model, 0);
   if (engine == NULL) return;
   const int32_t vocab = hetero_engine_vocab_size(engine);
   CHECK(vocab == 49152);
