@@ -281,6 +281,12 @@ HETERO_C_API hetero_status hetero_session_cancel(hetero_session* session);
  * anything else to cancel the run (it returns CANCELLED). */
 typedef int (*hetero_text_callback)(const char* text, size_t length, void* user_data);
 
+/* Receives each generated token's id as it is chosen, on a library thread, before its text
+ * reaches the text callback, with its log-probability when run.logprobs is set (else 0);
+ * with tools, the tokens of calls and of the reply's envelope too. Return 0 to go on,
+ * anything else to cancel the run (CANCELLED). */
+typedef int (*hetero_token_callback)(int32_t token, float logprob, void* user_data);
+
 typedef struct hetero_run_options {
   size_t struct_size;             /* sizeof(hetero_run_options) */
   int32_t max_tokens;             /* per Generate stage; default 256 */
@@ -311,6 +317,8 @@ typedef struct hetero_run_options {
                                        (UNSUPPORTED); a bad schema is INVALID_ARGUMENT */
   int32_t logprobs;               /* nonzero: each generated token's log-probability (below) */
   int32_t top_logprobs;           /* with logprobs: this many most likely alternatives, 0 to 20 */
+  hetero_token_callback on_token; /* NULL: no token stream */
+  void* on_token_user_data;
 } hetero_run_options;
 
 HETERO_C_API void hetero_run_options_default(hetero_run_options* options);

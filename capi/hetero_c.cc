@@ -630,6 +630,11 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
         return callback(piece.data(), piece.size(), user_data) == 0;
       };
     }
+    if (o.on_token != nullptr) {
+      run.on_token = [callback = o.on_token, user_data = o.on_token_user_data](int32_t token, float logprob) {
+        return callback(token, logprob, user_data) == 0;
+      };
+    }
     if (o.tools != nullptr) run.tool_registry = o.tools->registry;
     run.max_tool_rounds = o.max_tool_rounds;
     run.constrain_tool_calls = o.constrain_tool_calls != 0;

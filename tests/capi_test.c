@@ -413,6 +413,19 @@ static void test_runs(const char* model) {
   sleep_ms(500); /* abandoned slow handlers, if the model called one */
 }
 
+/* Counts the token stream; stops it after `stop_after` tokens when that is positive. */
+typedef struct {
+  int count;
+  int stop_after;
+} token_count_t;
+static int count_tokens(int32_t token, float logprob, void* user_data) {
+  token_count_t* c = (token_count_t*)user_data;
+  (void)logprob;
+  if (token < 0) return 1;
+  ++c->count;
+  return c->stop_after > 0 && c->count >= c->stop_after;
+}
+
 /* Tokens in and out, every error path; the sampler's options and stop strings. */
 static void test_tokens_and_sampling(const char* model) {
   hetero_engine* engine = open_engine(model, 0);
@@ -579,9 +592,13 @@ static void test_tokens_and_sampling(const char* model) {
   with_logprobs.max_tokens = 8;
   with_logprobs.logprobs = 1;
   with_logprobs.top_logprobs = 2;
+  token_count_t counted = {0, 0};
+  with_logprobs.on_token = count_tokens;
+  with_logprobs.on_token_user_data = &counted;
   EXPECT(hetero_session_run(session, "Say hello.", &with_logprobs, &result), HETERO_OK, NULL);
   if (result != NULL) {
     const size_t n = hetero_result_logprob_count(result);
+    CHECK((size_t)counted.count == n);
     CHECK(n == (size_t)hetero_result_generated_tokens(result) && n > 0);
     for (size_t i = 0; i < n; ++i) {
       int32_t token = -1, best = -2;
@@ -601,6 +618,10 @@ static void test_tokens_and_sampling(const char* model) {
     result = NULL;
   }
   CHECK(hetero_result_logprob_count(NULL) == 0);
+  token_count_t stopping = {0, 2};
+  with_logprobs.on_token_user_data = &stopping;
+  EXPECT(hetero_session_run(session, "Tell me a story.", &with_logprobs, &result), HETERO_CANCELLED, "token callback");
+  CHECK(stopping.count == 2 && result == NULL);
   with_logprobs.top_logprobs = 21;
   EXPECT(hetero_session_run(session, "Hi", &with_logprobs, &result), HETERO_INVALID_ARGUMENT, "top_logprobs is 21");
   structured.response_schema_json = "{\"type\": \"object\", \"oneOf\": []}";

@@ -90,9 +90,19 @@ TEST(LogprobsTest, EqualTheLogSoftmaxOfTheLogitsFor100Steps) {
   run.sampling.temperature = 0.9f;  // sampled: the chosen token is not always the most likely
   run.sampling.seed = 3;
   run.logprobs = 5;
+  std::vector<std::pair<int32_t, float>> streamed;
+  run.on_token = [&](int32_t token, float logprob) {
+    streamed.emplace_back(token, logprob);
+    return true;
+  };
   auto result = (*session)->Run(question, run);
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->logprobs.size(), 100u);
+  ASSERT_EQ(streamed.size(), 100u) << "on_token sees every token, with the same values";
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    EXPECT_EQ(streamed[i].first, result->logprobs[i].token);
+    EXPECT_EQ(streamed[i].second, result->logprobs[i].logprob);
+  }
 
   // The same tokens through a CPU backend of our own, one step at a time.
   auto model = Model::Load(kDefaultModelPath);
@@ -123,6 +133,17 @@ TEST(LogprobsTest, EqualTheLogSoftmaxOfTheLogitsFor100Steps) {
     ASSERT_TRUE((*backend)->Decode({&*seq, 1}, {&token, 1}, absl::MakeSpan(logits)).ok());
   }
   EXPECT_GT(not_top, 0) << "at T=0.9 some draws are not the most likely token";
+
+  // on_token returning false cancels; without logprobs it passes 0.
+  RunOptions stop_early;
+  stop_early.max_tokens = 50;
+  int seen = 0;
+  stop_early.on_token = [&](int32_t, float logprob) {
+    EXPECT_EQ(logprob, 0.0f);
+    return ++seen < 3;
+  };
+  EXPECT_THAT((*session)->Run("Tell me a story.", stop_early), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_EQ(seen, 3);
 
   // Off by default; out of range refused.
   RunOptions plain;

@@ -169,6 +169,11 @@ struct RunOptions {
   double latency_target_seconds = 0;     // for the `cost` policy; 0: none
   // Text as it is generated (on an engine thread); return false to cancel the task.
   std::function<bool(std::string_view piece)> on_text;
+  // Each generated token as it is chosen (on an engine thread, before its text reaches
+  // on_text), with its log-probability when logprobs >= 0 (else 0); return false to cancel.
+  // With tools, the tokens of calls and of the reply's envelope as well: every token the
+  // model wrote. The end-of-generation token is not passed.
+  std::function<bool(int32_t token, float logprob)> on_token;
   ToolHandler tools;                     // unset: replies are final
   int max_tool_rounds = 4;
   // The agent loop (docs/TOOLS.md): when set, the tools are described to the model (the

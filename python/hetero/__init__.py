@@ -341,12 +341,13 @@ class Engine:
 _RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
                      frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
                      tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, logprobs=False,
-                     top_logprobs=0, on_text=None)
+                     top_logprobs=0, on_text=None, on_token=None)
 
 
 def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
                          frequency_penalty, presence_penalty, penalty_window, stop, seed, timeout, tools,
-                         max_tool_rounds, constrain_tool_calls, response_schema, logprobs, top_logprobs, on_text):
+                         max_tool_rounds, constrain_tool_calls, response_schema, logprobs, top_logprobs, on_text,
+                         on_token):
     """Checks run()'s arguments (TypeError or InvalidArgument naming the parameter);
     returns the message as UTF-8."""
     encoded = _args.text(message, "message")
@@ -384,6 +385,7 @@ def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_
     if top_logprobs and not logprobs:
         raise _errors_invalid("top_logprobs needs logprobs=True")
     _args.callback(on_text, "on_text")
+    _args.callback(on_token, "on_token")
     return encoded
 
 
@@ -399,7 +401,7 @@ class Session:
     def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
             frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
             tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, logprobs=False,
-            top_logprobs=0, on_text=None):
+            top_logprobs=0, on_text=None, on_token=None):
         """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
         `on_text(piece)` receives answer text as it is generated; returning False cancels.
         Sampling: penalties (repetition, frequency, presence, over the last `penalty_window`
@@ -407,13 +409,16 @@ class Session:
         strings that end the reply before them (not shown). `response_schema` (a dict or JSON
         text; not with tools): the reply is one JSON value passing that schema, by
         constrained decoding; `json.loads(result.text)` reads it. `logprobs`: each generated
-        token's log-probability in `Result.logprobs`, with `top_logprobs` (0-20) alternatives."""
+        token's log-probability in `Result.logprobs`, with `top_logprobs` (0-20) alternatives.
+        `on_token(id, logprob)` receives each generated token as it is chosen (logprob 0
+        without `logprobs`; with tools, call and envelope tokens too); False cancels."""
         encoded_message = _check_run_arguments(
             message, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, penalty_window=penalty_window, stop=stop, seed=seed, timeout=timeout,
             tools=tools, max_tool_rounds=max_tool_rounds, constrain_tool_calls=constrain_tool_calls,
-            response_schema=response_schema, logprobs=logprobs, top_logprobs=top_logprobs, on_text=on_text)
+            response_schema=response_schema, logprobs=logprobs, top_logprobs=top_logprobs, on_text=on_text,
+            on_token=on_token)
         options = _lib.RunOptions()
         _c.hetero_run_options_default(ctypes.byref(options))
         options.max_tokens = max_tokens
@@ -450,6 +455,16 @@ class Session:
                     return 1
             callback = _lib.TEXT_CALLBACK(text_callback)
             options.on_text = callback
+        if on_token is not None:
+            def token_callback(token, logprob, _user_data):
+                try:
+                    go_on = on_token(token, logprob)
+                    return 0 if go_on is None or go_on else 1
+                except BaseException as e:  # noqa: BLE001 - re-raised after the run
+                    raised.append(e)
+                    return 1
+            token_trampoline = _lib.TOKEN_CALLBACK(token_callback)  # lives through the run
+            options.on_token = token_trampoline
         toolset = _ToolSet(tools) if tools else None
         if toolset is not None:
             options.tools = toolset.handle

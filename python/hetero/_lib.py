@@ -56,6 +56,7 @@ class EngineOptions(ctypes.Structure):
 
 TOOL_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)
 TEXT_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+TOKEN_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_float, ctypes.c_void_p)
 
 
 class Tool(ctypes.Structure):
@@ -74,7 +75,7 @@ class RunOptions(ctypes.Structure):
                 ("presence_penalty", ctypes.c_float), ("penalty_window", ctypes.c_int32),
                 ("stop", ctypes.POINTER(ctypes.c_char_p)), ("stop_count", ctypes.c_size_t),
                 ("response_schema_json", ctypes.c_char_p), ("logprobs", ctypes.c_int32),
-                ("top_logprobs", ctypes.c_int32)]
+                ("top_logprobs", ctypes.c_int32), ("on_token", TOKEN_CALLBACK), ("on_token_user_data", ctypes.c_void_p)]
 
 
 def _declare(lib):

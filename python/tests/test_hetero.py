@@ -277,6 +277,15 @@ def test_logprobs(engine):
         assert abs(entry["logprob"] - entry["top"][0][1]) < 1e-6
     assert engine.detokenize([e["token"] for e in result.logprobs]).startswith(result.text[:4])
     assert engine.session().run("Say hello.", max_tokens=4).logprobs is None
+    ids = []
+    plain = engine.session().run("Say hello.", max_tokens=12, on_token=lambda token, logprob: ids.append(token))
+    assert len(ids) == plain.generated_tokens and engine.detokenize(ids) == plain.text
+    with pytest.raises(hetero.Cancelled):
+        engine.session().run("Tell me a story.", max_tokens=40, on_token=lambda token, logprob: False)
+    with pytest.raises(ZeroDivisionError):
+        engine.session().run("Tell me a story.", max_tokens=40, on_token=lambda token, logprob: 1 / 0)
+    with pytest.raises(TypeError, match="on_token"):
+        engine.session().run("Hi", on_token=3)
     with pytest.raises(hetero.InvalidArgument, match="top_logprobs"):
         engine.session().run("Hi", logprobs=True, top_logprobs=21)
     with pytest.raises(hetero.InvalidArgument, match="needs logprobs"):

@@ -212,6 +212,11 @@ bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
   job.generated.push_back(token);
   if (job.logprobs >= 0) job.token_logprobs.push_back(LogProbabilities(job.model_logits, token, job.logprobs));
   job.history.push_back(token);
+  if (job.on_token && !job.on_token(token, job.logprobs >= 0 ? job.token_logprobs.back().logprob : 0.0f)) {
+    job.status = absl::CancelledError("cancelled by the token callback");
+    job.stop_reason = "cancelled";
+    return true;
+  }
   absl::StatusOr<std::string> piece = job.detokenizer->Push(token);
   if (!piece.ok()) {
     job.status = piece.status();

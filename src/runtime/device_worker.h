@@ -38,6 +38,7 @@ struct GenerationJob {
   bool ignore_end_of_generation = false;
   std::vector<std::string> stop_strings;
   std::function<bool(std::string_view)> on_text;
+  std::function<bool(int32_t token, float logprob)> on_token;
   std::optional<Clock::time_point> deadline;
   const std::atomic<bool>* cancelled = nullptr;
   std::unique_ptr<TokenConstraint> constraint;  // only tokens it allows are sampled

@@ -19,6 +19,7 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   job->stop_strings = task.options->stop;
   job->logprobs = task.options->logprobs;
   job->on_text = task.options->on_text;
+  job->on_token = task.options->on_token;
   if (task.options->tool_registry != nullptr) {
     // The user sees only answer text, never tool-call markup.
     auto stream = std::make_shared<internal::ReplyStream>(task.tool_format, task.options->on_text);
