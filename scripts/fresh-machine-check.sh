@@ -161,8 +161,9 @@ for cmd in "${readme_commands[@]}" "${also[@]}"; do
   summary+=("$(printf '%-45s %5d s  exit %d' "$cmd" "$took" "$status")")
   if [ "$status" -ne 0 ]; then
     say "'$cmd' failed (exit $status) after $took s. What the log says was missing or wrong:"
-    grep -iE "could not find|not found|missing|no such file|unable to locate|cannot find|error" "$log" |
-      grep -v -iE "^-- .*(not found|failed)$" | head -n 25 | sed 's/^/  | /' || true
+    # CMake's and apt's own words for a missing piece, a compiler's, ctest's failures.
+    grep -E "CMake Error|Could NOT find|Could not find|E: Unable to locate|No such file or directory|command not found|\*\*\*(Failed|Timeout|Exception)|FAILED|error:|make: \*\*\*" "$log" |
+      head -n 25 | sed 's/^/  | /' || true
     printf '%s\n' "${summary[@]}" | sed 's/^/fresh-machine-check:   /'
     exit 1
   fi
