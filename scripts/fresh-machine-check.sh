@@ -120,6 +120,10 @@ say "carried from the host: resolv.conf and $carried_certs local CA certificate(
 cache_dir="${HETERO_FRESH_APT_CACHE:-}"
 if [ -n "$cache_dir" ]; then
   mkdir -p "$cache_dir/partial"
+  # apt locks the cache inside each root, where another root's lock is not seen: one check
+  # per cache folder at a time, said plainly instead of apt's "held by process 0".
+  exec 9>"$cache_dir/.fresh-machine-check.lock"
+  flock -n 9 || die "another fresh-machine check is using the apt cache $cache_dir; wait for it, or set HETERO_FRESH_APT_CACHE to another folder (or to nothing)"
   # apt's own cleaning would empty the cache otherwise.
   echo 'Binary::apt::APT::Keep-Downloaded-Packages "true";' >"$root/etc/apt/apt.conf.d/10keep-debs"
   say "apt .deb cache: $cache_dir ($(find "$cache_dir" -maxdepth 1 -name '*.deb' | wc -l) files); package lists are fetched anew"
