@@ -40,6 +40,7 @@ std::vector<double> LogSoftmax(const std::vector<float>& logits) {
 void ExpectMatches(const TokenLogprob& got, const std::vector<double>& ref, size_t k, double tol) {
   EXPECT_NEAR(got.logprob, ref[got.token], tol) << "token " << got.token;
   ASSERT_EQ(got.top.size(), k);
+  if (k == 0) return;
   std::vector<double> sorted = ref;
   std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<double>());
   const double kth = sorted[k - 1];
