@@ -338,12 +338,6 @@ class Engine:
         self.close()
 
 
-_RUN_DEFAULTS = dict(max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-                     frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
-                     tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, logprobs=False,
-                     top_logprobs=0, on_text=None, on_token=None)
-
-
 def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
                          frequency_penalty, presence_penalty, penalty_window, stop, seed, timeout, tools,
                          max_tool_rounds, constrain_tool_calls, response_schema, logprobs, top_logprobs, on_text,
@@ -504,6 +498,12 @@ class Session:
 
     def __del__(self):
         self.close()
+
+
+# run()'s keyword arguments and their defaults, read off its signature (stream() checks its
+# arguments against them).
+_RUN_DEFAULTS = {name: p.default for name, p in inspect.signature(Session.run).parameters.items()
+                 if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 class _Stream:

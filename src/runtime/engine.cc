@@ -537,7 +537,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
       // With tools, the conversation keeps the answer, not the reply format around it; the
       // reply as generated is kept aside for later runs in the same format.
       if (registry != nullptr) generated[messages.size()] = {task.tool_format, task.reply};
-      messages.push_back(ChatMessage{"assistant", registry != nullptr ? answer : task.reply});
+      messages.push_back(ChatMessage{"assistant", answer});  // without tools, the reply itself
       break;
     }
     status = RunStage(task, Stage::kToolCall, [&] { return ToolCallStage().Run(task); });

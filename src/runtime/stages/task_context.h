@@ -51,7 +51,7 @@ struct TaskContext {
   std::optional<Clock::time_point> deadline;
   const std::atomic<bool>* cancelled = nullptr;
   std::vector<ChatMessage>* messages = nullptr;  // the conversation, including the new turn
-  internal::GeneratedTurns* generated = nullptr;  // its assistant turns as generated with tools
+  internal::GeneratedTurns* generated = nullptr;  // its assistant turns as generated with tools (set)
   SessionKv* kv = nullptr;
   TaskReport report;
 

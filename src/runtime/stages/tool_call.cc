@@ -95,7 +95,7 @@ absl::Status ToolCallStage::Run(TaskContext& task) {
   if (!results.ok()) {
     return absl::Status(results.status().code(), absl::StrCat("tool: ", results.status().message()));
   }
-  if (task.options->tool_registry != nullptr && task.generated != nullptr) {
+  if (task.options->tool_registry != nullptr) {
     (*task.generated)[task.messages->size()] = {task.tool_format, task.reply};  // the assistant turn, first
   }
   for (ChatMessage& m : *results) task.messages->push_back(std::move(m));

@@ -60,8 +60,7 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   // The conversation is rendered for this run's form (its tools' format, or none), whatever
   // form earlier runs had.
   const ChatTemplate& chat = services.chat_template();
-  static const internal::GeneratedTurns kNoneGenerated;
-  const internal::GeneratedTurns& generated = task.generated != nullptr ? *task.generated : kNoneGenerated;
+  const internal::GeneratedTurns& generated = *task.generated;
   if (tools == nullptr) {
     HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(internal::ConversationWithoutTools(*task.messages, chat), {},
                                                 /*add_generation_prompt=*/true));

@@ -44,6 +44,17 @@ nlohmann::ordered_json ExampleValue(const SchemaNode& s) {
   return nullptr;
 }
 
+// The run of tool results starting at messages[i] as one user turn's text ("Tool results:"
+// and a line per result); `i` is left on the run's last result.
+std::string ToolResultsText(const std::vector<ChatMessage>& messages, size_t& i) {
+  std::string text = "Tool results:\n";
+  for (; i < messages.size() && messages[i].role == "tool"; ++i) {
+    absl::StrAppend(&text, messages[i].name.empty() ? "tool" : messages[i].name, ": ", messages[i].content, "\n");
+  }
+  --i;
+  return text;
+}
+
 std::string ToolList(const ToolRegistry& tools) {
   std::string out;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -110,11 +121,7 @@ std::vector<ChatMessage> MessagesWithToolPrompt(const std::vector<ChatMessage>& 
       continue;
     }
     // Consecutive tool results become one user turn.
-    std::string text = "Tool results:\n";
-    for (; i < messages.size() && messages[i].role == "tool"; ++i) {
-      absl::StrAppend(&text, messages[i].name.empty() ? "tool" : messages[i].name, ": ", messages[i].content, "\n");
-    }
-    --i;
+    std::string text = ToolResultsText(messages, i);
     // Small models copy placeholders, so the reminder names the question, not a format.
     absl::StrAppend(&text, "\nUse these results to answer the question: ", question);
     out.push_back({"user", text});
@@ -165,12 +172,7 @@ std::vector<ChatMessage> ConversationWithoutTools(const std::vector<ChatMessage>
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role == "tool") {
-      std::string text = "Tool results:\n";
-      for (; i < messages.size() && messages[i].role == "tool"; ++i) {
-        absl::StrAppend(&text, messages[i].name.empty() ? "tool" : messages[i].name, ": ", messages[i].content, "\n");
-      }
-      --i;
-      out.push_back({"user", text});
+      out.push_back({"user", ToolResultsText(messages, i)});
       continue;
     }
     ChatMessage shown{m.role, m.content};
