@@ -43,7 +43,7 @@
 #include "hetero/transfer.h"
 #include "src/gpu/cuda_backend.h"
 #include "src/gpu/cuda_module_abi.h"
-#include "src/runtime/cuda_module_loader.h"
+#include "src/gpu/cuda_module_loader.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/devices.h"
-#include "src/runtime/cuda_module_loader.h"
+#include "src/gpu/cuda_module_loader.h"
 
 namespace hetero {
 namespace {

@@ -35,6 +35,16 @@ namespace hetero {
 
 class SemanticRouter;  // hetero/router.h
 
+// How the CPU backend holds and multiplies weight matrices.
+enum class CpuPrecision {
+  kAuto,  // native kernels for Q4_0/Q4_1/Q8_0 (bf16 GEMM for long prompts), bf16 (or f32
+          // without avx512_bf16) for every other weight type
+  kF32,   // every matrix dequantized to f32, f32 matmuls: the accuracy reference mode
+  kBf16,  // every matrix converted to bf16 at load
+};
+// "auto", "f32" or "bf16"; InvalidArgument lists them. The one parser of the option.
+HETERO_EXPORT absl::StatusOr<CpuPrecision> ParseCpuPrecision(std::string_view name);
+
 struct EngineOptions {
   int threads = 0;                               // CPU threads; 0: every logical CPU
   std::string scheduler = "seed";                // a built-in policy (see MakeScheduler)
@@ -47,7 +57,7 @@ struct EngineOptions {
   int kv_capacity_tokens = 0;                    // per device; 0: 4 x the context length
   bool share_kv_prefixes = true;                 // sessions starting with the same tokens
                                                  // (a system prompt) share their KV blocks
-  std::string cpu_precision = "auto";            // "auto", "f32" or "bf16"
+  std::string cpu_precision = "auto";            // see ParseCpuPrecision
   std::string chat_format;                       // empty: the model's template; else a
                                                  // family name (see ParseChatFormat)
   bool measure_energy = true;                    // joules per stage in every TaskReport
@@ -218,6 +228,13 @@ struct EngineStats {
 
 class Engine;
 
+// Embeddings with the report of the stage that computed them (device and the placement's
+// reason).
+struct EmbedResult {
+  std::vector<std::vector<float>> embeddings;
+  StageReport report;
+};
+
 class HETERO_EXPORT Session {
  public:
   ~Session();  // cancels a Run in progress and releases the session's KV cache
@@ -268,12 +285,20 @@ class HETERO_EXPORT Engine {
   // the engine).
   const Tokenizer& tokenizer() const;
   // The same for token ids.
+  // Embed and EmbedTokens with the stage's report. Stage::kEmbed is placed by the scheduler
+  // like every stage (the built-in policies choose the CPU, the one backend that embeds).
+  absl::StatusOr<EmbedResult> EmbedWithReport(const std::vector<std::string>& texts, const EmbedOptions& options = {});
+  absl::StatusOr<EmbedResult> EmbedTokensWithReport(const std::vector<std::vector<int32_t>>& tokens,
+                                                    const EmbedOptions& options = {});
   absl::StatusOr<std::vector<std::vector<float>>> EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
                                                               const EmbedOptions& options = {});
   EngineStats stats() const;
   std::string scheduler_name() const;
   // One line per device: available or why not, and the costs the scheduler uses.
   std::string DescribeDevices() const;
+  // The engine's devices as the scheduler sees them now (the CPU first, then each GPU with
+  // its ordinal), available or not.
+  SystemSnapshot snapshot() const;
 
   struct Impl;
 

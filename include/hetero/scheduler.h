@@ -5,7 +5,9 @@
 #ifndef HETERO_SCHEDULER_H_
 #define HETERO_SCHEDULER_H_
 
+#include <compare>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <string>
 #include <string_view>
@@ -16,21 +18,48 @@
 
 namespace hetero {
 
-enum class Stage { kUnderstand, kGenerate, kToolCall };
-enum class Device { kCpu, kGpu };
+// kEmbed: Engine::Embed's forward passes (no Generate follows).
+enum class Stage { kUnderstand, kGenerate, kToolCall, kEmbed };
+
+enum class DeviceKind { kCpu, kGpu };
+
+// A compute device of the engine: its kind and its ordinal among devices of that kind (GPU 0,
+// GPU 1, ...). The engine's devices come from its registry (Engine::devices(), the snapshot);
+// Device::kGpu is the first GPU.
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int ordinal = 0;
+  static const Device kCpu;
+  static const Device kGpu;
+  static constexpr Device Gpu(int ordinal) { return Device{DeviceKind::kGpu, ordinal}; }
+  bool is_gpu() const { return kind == DeviceKind::kGpu; }
+  friend constexpr auto operator<=>(const Device&, const Device&) = default;
+};
+inline constexpr Device Device::kCpu{DeviceKind::kCpu, 0};
+inline constexpr Device Device::kGpu{DeviceKind::kGpu, 0};
 
 // While a task waits on a tool: keep its KV cache where it is, copy it to (pinned) host
 // memory and free the device's copy, or drop it and recompute the prompt later.
 enum class KvPolicy { kKeep, kSwapToHost, kDiscard };
 
 HETERO_EXPORT std::string_view StageName(Stage stage);
-HETERO_EXPORT std::string_view DeviceName(Device device);
+// "cpu", "gpu" (the first GPU), "gpu:1", "gpu:2", ...
+HETERO_EXPORT std::string DeviceName(Device device);
+// The inverse of DeviceName ("gpu:0" is accepted for the first GPU); InvalidArgument lists
+// the accepted forms.
+HETERO_EXPORT absl::StatusOr<Device> ParseDevice(std::string_view name);
 HETERO_EXPORT std::string_view KvPolicyName(KvPolicy policy);
 
 struct Placement {
   Device device = Device::kCpu;
   KvPolicy kv_policy = KvPolicy::kKeep;  // used for kToolCall
   std::string reason;                     // one line, for reports
+  // The engine applies the placement rules (ApplyPlacementRules below) to every policy's
+  // choice; a policy that has weighed the facts the rules act on (TaskState::small_answer,
+  // ::out_of_memory_device, a device's availability) sets this to keep its own choice. Only
+  // what cannot run at all is still changed: a device that is unavailable or cannot run the
+  // stage (rule "device-unavailable").
+  bool override_rules = false;
 };
 
 // Measured (or default) costs of one device; see `hetero-bench --calibrate`.
@@ -44,8 +73,10 @@ struct DeviceCosts {
 
 struct DeviceSnapshot {
   Device device = Device::kCpu;
+  std::string name;               // the backend's description, e.g. "cpu (Intel Xeon, 2 threads)"
   bool available = false;
   std::string unavailable_reason;
+  bool can_embed = false;         // runs Stage::kEmbed (Engine::Embed)
   int queued_tasks = 0;
   int active_tasks = 0;
   int64_t kv_capacity_tokens = 0;
@@ -55,7 +86,7 @@ struct DeviceSnapshot {
 };
 
 struct SystemSnapshot {
-  std::vector<DeviceSnapshot> devices;  // cpu first
+  std::vector<DeviceSnapshot> devices;  // every registered device, the cpu first, then gpu, gpu:1, ...
   double host_device_gb_per_s = 0;      // transfer bandwidth, 0 without a GPU
   bool calibrated = false;              // costs measured on this machine, not defaults
   const DeviceSnapshot* Find(Device d) const {
@@ -77,7 +108,27 @@ struct TaskState {
   double expected_tool_seconds = 0;  // ToolCall: the caller's estimate
   double latency_target_seconds = 0;  // 0: none
   std::string route;            // the semantic router's decision; empty without one
+  // The route asks for a brief answer (`generate_small`); rule "small-answer" places it on
+  // the CPU.
+  bool small_answer = false;
+  // Set when this round is asked again because `out_of_memory_device` ran out of memory for
+  // the task (before any of the round's text was shown); rule "out-of-memory" places it on
+  // the CPU. `out_of_memory_message` says what failed.
+  std::optional<Device> out_of_memory_device;
+  std::string out_of_memory_message;
 };
+
+// The rules the engine applies to a policy's placement unless it sets override_rules, each
+// reported as "; rule <name>: <why>" at the end of the reason:
+//  - "out-of-memory": a round re-asked after a device ran out of memory runs on the CPU;
+//  - "small-answer": a brief answer (TaskState::small_answer) is encoded and decoded on the CPU;
+//  - "device-unavailable": a device that is not available (or, for kEmbed, cannot embed)
+//    is replaced by the CPU; a KV policy of swap-to-host for KV already on the CPU becomes keep.
+// The hand-off of a prompt from Understand's device to Generate's is reported as rule
+// "prefill-handoff" in the Understand stage's reason; a policy avoids it by placing both
+// stages on one device.
+HETERO_EXPORT Placement ApplyPlacementRules(Stage stage, const TaskState& task, const SystemSnapshot& system,
+                                            Placement proposed);
 
 class HETERO_EXPORT Scheduler {
  public:
@@ -87,9 +138,13 @@ class HETERO_EXPORT Scheduler {
   virtual Placement Place(Stage stage, const TaskState& task, const SystemSnapshot& system) = 0;
 };
 
-// "seed" (Understand and ToolCall on the CPU, Generate on the GPU), "all-cpu", "all-gpu",
-// "cost" (least joules within the latency target; InferCept-style least-waste KV policy).
+// "seed" (Understand, ToolCall and Embed on the CPU, Generate on a GPU), "all-cpu",
+// "all-gpu", "cost" (least joules within the latency target; InferCept-style least-waste KV
+// policy). With several GPUs, Generate stays on the GPU that holds the task's KV, else goes
+// to the least loaded one. An unknown name is InvalidArgument listing these.
 HETERO_EXPORT absl::StatusOr<std::unique_ptr<Scheduler>> MakeScheduler(std::string_view name);
+// The built-in policies' names, in the order above.
+HETERO_EXPORT const std::vector<std::string>& BuiltInSchedulers();
 
 // Measured device costs, as `hetero-bench --calibrate` writes them (JSON).
 struct Calibration {

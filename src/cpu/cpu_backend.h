@@ -22,13 +22,6 @@
 
 namespace hetero {
 
-enum class CpuPrecision {
-  kAuto,  // native kernels for Q4_0/Q4_1/Q8_0 (bf16 GEMM for long prompts), bf16 (or f32
-          // without avx512_bf16) for every other weight type
-  kF32,   // every matrix dequantized to f32, f32 matmuls: the accuracy reference mode
-  kBf16,  // every matrix converted to bf16 at load
-};
-
 // The thread count measured best here: every logical CPU (on the 2-vCPU development
 // machine, 2 threads beat 1 for both prefill and decode; docs/PERFORMANCE.md).
 int DefaultCpuThreads();
@@ -78,8 +71,9 @@ class CpuBackend : public PagedBackend {
   static constexpr int kEmbedBatchTokens = 512;
   // `layers` > 0 runs only the first `layers` layers (then the final norm): a shallower,
   // faster embedding.
+  bool can_embed() const override { return true; }
   absl::StatusOr<std::vector<std::vector<float>>> Embed(absl::Span<const std::vector<int32_t>> inputs,
-                                                        EmbeddingPooling pooling, int layers = 0);
+                                                        EmbeddingPooling pooling, int layers = 0) override;
 
  private:
   struct Layer {

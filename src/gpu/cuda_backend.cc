@@ -6,7 +6,7 @@
 #include "hetero/devices.h"
 #include "src/cpu/cpu_ops.h"
 #include "src/gpu/cuda_module_abi.h"
-#include "src/runtime/cuda_module_loader.h"
+#include "src/gpu/cuda_module_loader.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 #include "src/runtime/model_impl.h"
@@ -206,7 +206,7 @@ absl::Status CudaBackend::Init() {
                                       message));
 
   const CudaDeviceInfo& dev = QueryDevices().cuda.devices[options_.device];
-  info_.kind = DeviceKind::kCuda;
+  info_.kind = DeviceKind::kGpu;
   info_.name = absl::StrCat("cuda:", options_.device, " (", dev.name, ")");
   info_.weight_format = absl::StrCat("native ", TensorTypeName(file.FindTensor("blk.0.attn_q.weight")->type),
                                      " GEMV for decode, float16 cuBLAS for prompts");

@@ -11,12 +11,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "hetero/engine.h"
 #include "hetero/transfer.h"
 
 namespace hetero {
-
-enum class DeviceKind { kCpu, kCuda };
 
 struct BackendInfo {
   DeviceKind kind = DeviceKind::kCpu;
@@ -124,6 +124,16 @@ class Backend {
       next[i] = static_cast<int32_t>(std::max_element(row, row + v) - row);
     }
     return absl::OkStatus();
+  }
+
+  // Sentence embeddings (Stage::kEmbed): each input's final-norm hidden states pooled and
+  // scaled to unit length; `layers` > 0 stops after that many layers. Optional: backends
+  // that cannot embed say so in can_embed() and leave this Unimplemented.
+  virtual bool can_embed() const { return false; }
+  virtual absl::StatusOr<std::vector<std::vector<float>>> Embed(absl::Span<const std::vector<int32_t>> inputs,
+                                                                EmbeddingPooling pooling, int layers) {
+    (void)inputs, (void)pooling, (void)layers;
+    return absl::UnimplementedError(absl::StrCat(info().name, " cannot compute embeddings"));
   }
 
   // Prompt chunks and decode tokens of several sequences in one pass through the weights

@@ -62,6 +62,22 @@ void DeviceWorker::Wait(const std::shared_ptr<GenerationJob>& job) {
   Await(done_cv_, mu_, [&] { return job->done; });
 }
 
+absl::Status DeviceWorker::RunExclusive(std::function<void(Backend&)> work) {
+  auto item = std::make_shared<ExclusiveWork>();
+  item->work = std::move(work);
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return absl::CancelledError("engine is shutting down");
+    exclusive_.push_back(item);
+    ++wakeups_;
+  }
+  cv_.notify_all();
+  MutexLock lock(&mu_);
+  Await(done_cv_, mu_, [&] { return item->done; });
+  if (item->cancelled) return absl::CancelledError("engine is shutting down");
+  return absl::OkStatus();
+}
+
 void DeviceWorker::Poke() {
   {
     MutexLock lock(&mu_);
@@ -270,10 +286,11 @@ void DeviceWorker::Loop() {
     std::vector<std::shared_ptr<GenerationJob>> prefills;  // prompt chunks this step
     std::vector<std::shared_ptr<GenerationJob>> batch;     // one decode token each
     std::vector<std::shared_ptr<GenerationJob>> finished;
+    std::shared_ptr<ExclusiveWork> exclusive;  // runs alone this turn
     {
       MutexLock lock(&mu_);
       const auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || !prefilling_.empty() || !active_.empty() ||
+        return stop_ || !exclusive_.empty() || !prefilling_.empty() || !active_.empty() ||
                (!queue_.empty() && blocked_at_ != std::optional<uint64_t>(wakeups_));
       };
       // Blocked admission still has to notice the queued jobs' deadlines.
@@ -293,12 +310,18 @@ void DeviceWorker::Loop() {
         }
         for (auto& j : queue_) finished.push_back(j);
         queue_.clear();
+        for (auto& w : exclusive_) w->cancelled = w->done = true;
+        exclusive_.clear();
         for (auto& j : finished) {
           if (j->status.ok()) j->status = absl::CancelledError("engine is shutting down");
           j->done = true;
         }
         done_cv_.notify_all();
         return;
+      }
+      if (!exclusive_.empty()) {
+        exclusive = std::move(exclusive_.front());
+        exclusive_.pop_front();
       }
       const auto now = Clock::now();
       // Drop jobs cancelled or past their deadline, wherever they are.
@@ -323,8 +346,24 @@ void DeviceWorker::Loop() {
       Admit(finished);
       // One prompt chunk (its own pass, so a prompt is encoded the same way whatever else
       // runs), then one batched decode step for every active job.
-      if (!prefilling_.empty()) prefills.push_back(prefilling_.front());
-      for (size_t i = 0; i < active_.size() && static_cast<int>(i) < max_batch_; ++i) batch.push_back(active_[i]);
+      if (exclusive == nullptr) {
+        if (!prefilling_.empty()) prefills.push_back(prefilling_.front());
+        for (size_t i = 0; i < active_.size() && static_cast<int>(i) < max_batch_; ++i) batch.push_back(active_[i]);
+      }
+    }
+    if (exclusive != nullptr) {
+      const Clock::time_point work_start = Clock::now();
+      exclusive->work(backend_);
+      busy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - work_start).count(),
+                         std::memory_order_relaxed);
+      for (auto& j : finished) Finish(*j);  // jobs that expired above
+      {
+        MutexLock lock(&mu_);
+        exclusive->done = true;
+        for (auto& j : finished) j->done = true;
+      }
+      done_cv_.notify_all();
+      continue;
     }
 
     const int V = backend_.vocab_size();

@@ -77,6 +77,9 @@ class DeviceWorker {
   absl::Status Submit(std::shared_ptr<GenerationJob> job);
   // Blocks until `job` is done.
   void Wait(const std::shared_ptr<GenerationJob>& job);
+  // Runs `work` on the worker thread between two steps, with the backend to itself, and
+  // returns when it has run (Engine::Embed). Cancelled when the worker is stopping.
+  absl::Status RunExclusive(std::function<void(Backend&)> work);
   // Wakes the worker to notice a cancellation, or KV memory that a session released.
   void Poke();
 
@@ -113,6 +116,12 @@ class DeviceWorker {
   // Counts Submit and Poke calls; admission blocked at wakeups_ == blocked_at_ waits for the next.
   uint64_t wakeups_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<uint64_t> blocked_at_ ABSL_GUARDED_BY(mu_);
+  struct ExclusiveWork {
+    std::function<void(Backend&)> work;
+    bool done = false;
+    bool cancelled = false;
+  };
+  std::deque<std::shared_ptr<ExclusiveWork>> exclusive_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<GenerationJob>> queue_ ABSL_GUARDED_BY(mu_);   // waiting for admission
   std::vector<std::shared_ptr<GenerationJob>> prefilling_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<GenerationJob>> active_ ABSL_GUARDED_BY(mu_);

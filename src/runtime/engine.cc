@@ -7,9 +7,10 @@
 #include "absl/strings/str_format.h"
 #include "hetero/devices.h"
 #include "hetero/model.h"
-#include "src/cpu/cpu_backend.h"
-#include "src/gpu/cuda_backend.h"
+#include "src/runtime/device_registry.h"
 #include "src/runtime/log_internal.h"
+#include "src/runtime/placer.h"
+#include "src/runtime/session_kv.h"
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/energy/energy_meter.h"
 #include "src/runtime/status_macros.h"
@@ -73,6 +74,14 @@ absl::Status RunStage(TaskContext& task, Stage stage, StageBody body) {
 
 }  // namespace
 
+absl::StatusOr<CpuPrecision> ParseCpuPrecision(std::string_view name) {
+  if (name == "auto") return CpuPrecision::kAuto;
+  if (name == "f32") return CpuPrecision::kF32;
+  if (name == "bf16") return CpuPrecision::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown cpu_precision '", std::string(name), "' (accepted: auto, f32, bf16)"));
+}
+
 struct Session::State {
   std::shared_ptr<Engine::Impl> engine;
   Mutex mu;
@@ -86,7 +95,7 @@ struct Session::State {
   std::atomic<bool> cancelled{false};
 };
 
-struct Engine::Impl : public StageServices {
+struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer_owned;
@@ -94,100 +103,23 @@ struct Engine::Impl : public StageServices {
   std::shared_ptr<Scheduler> scheduler;
   Calibration calibration;
   bool calibrated = false;
-  std::unique_ptr<CpuBackend> cpu;
-  std::unique_ptr<DeviceWorker> cpu_worker;
-  std::unique_ptr<Backend> gpu;               // null without a usable GPU
-  std::unique_ptr<DeviceWorker> gpu_worker;
+  std::unique_ptr<DeviceRegistry> devices;
+  std::unique_ptr<Placer> placer;
+  std::unique_ptr<StageServices> services;
   std::unique_ptr<internal::EnergyMeter> energy;  // null when measure_energy is off
-  std::string gpu_unavailable_reason;
   std::atomic<uint64_t> next_task{1};
 
   mutable Mutex mu;
   std::vector<std::weak_ptr<Session::State>> sessions ABSL_GUARDED_BY(mu);
-  bool gpu_fallback_noticed ABSL_GUARDED_BY(mu) = false;
 
-  ~Impl() override {
-    energy.reset();      // its thread reads the worker's busy time
-    gpu_worker.reset();  // each joins its thread before its backend goes
-    cpu_worker.reset();
+  ~Impl() {
+    energy.reset();   // its thread reads the workers' busy time
+    devices.reset();  // each worker joins its thread before its backend goes
   }
 
-  DeviceCosts Costs(Device d) const {
-    for (const auto& [device, costs] : calibration.devices) {
-      if (device == d) return costs;
-    }
-    return DefaultCosts(d);
-  }
-
-  SystemSnapshot Snapshot() const {
-    SystemSnapshot s;
-    DeviceSnapshot c;
-    c.device = Device::kCpu;
-    c.available = true;
-    c.queued_tasks = cpu_worker->queued();
-    c.active_tasks = cpu_worker->active();
-    c.kv_capacity_tokens = cpu->kv_capacity_tokens();
-    c.kv_free_tokens = c.kv_capacity_tokens - cpu->kv_used_tokens();
-    c.kv_bytes_per_token = static_cast<int64_t>(cpu->kv_bytes_per_token());
-    c.costs = Costs(Device::kCpu);
-    s.devices.push_back(c);
-    DeviceSnapshot g;
-    g.device = Device::kGpu;
-    g.available = gpu != nullptr;
-    g.unavailable_reason = gpu_unavailable_reason;
-    if (gpu != nullptr) {
-      g.queued_tasks = gpu_worker->queued();
-      g.active_tasks = gpu_worker->active();
-      g.kv_capacity_tokens = gpu->kv_capacity_tokens();
-      g.kv_free_tokens = g.kv_capacity_tokens - gpu->kv_used_tokens();
-      g.kv_bytes_per_token = static_cast<int64_t>(gpu->kv_bytes_per_token());
-    }
-    g.costs = Costs(Device::kGpu);
-    s.devices.push_back(g);
-    s.host_device_gb_per_s = calibration.host_device_gb_per_s;
-    s.calibrated = calibrated;
-    return s;
-  }
-
-  Placement Place(Stage stage, const TaskState& task) override {
-    Placement p = scheduler->Place(stage, task, Snapshot());
-    if (p.device == Device::kGpu && gpu == nullptr) {
-      bool notice = false;
-      {
-        MutexLock lock(&mu);
-        notice = !gpu_fallback_noticed;
-        gpu_fallback_noticed = true;
-      }
-      if (notice) {
-        internal::Log(LogLevel::kWarning, absl::StrCat("scheduler '", scheduler->name(), "' placed ", std::string(StageName(stage)),
-                                                       " on the GPU, which is unavailable (", gpu_unavailable_reason,
-                                                       "); running on the CPU"));
-      }
-      p.device = Device::kCpu;
-      p.reason = absl::StrCat(p.reason, "; gpu unavailable, cpu used");
-      if (p.kv_policy == KvPolicy::kSwapToHost && stage == Stage::kToolCall && task.kv_device == Device::kCpu) {
-        p.kv_policy = KvPolicy::kKeep;
-      }
-    }
-    return p;
-  }
-
-  DeviceWorker& Worker(Device device) override {
-    return device == Device::kGpu && gpu_worker != nullptr ? *gpu_worker : *cpu_worker;
-  }
-  const ChatTemplate& chat_template() const override { return *chat; }
-  const Tokenizer& tokenizer() const override { return *tokenizer_owned; }
-  std::shared_ptr<const internal::VocabBytes> vocab_bytes() override {
-    MutexLock lock(&mu);
-    if (vocab_bytes_ == nullptr) vocab_bytes_ = std::make_shared<const internal::VocabBytes>(*tokenizer_owned);
-    return vocab_bytes_;
-  }
-  std::shared_ptr<const internal::VocabBytes> vocab_bytes_ ABSL_GUARDED_BY(mu);
-
-  // Frees the KV of idle sessions, least recently used first, until `needed` tokens are
-  // free or none is left. Runs on a worker thread.
-  // Frees the KV of idle sessions held on `device`, least recently used first.
-  int EvictIdle(int needed, Device device) {
+  // Frees the KV of idle sessions held on `device`, least recently used first, until
+  // `needed` tokens are free or none is left. Runs on that device's worker thread.
+  int EvictIdle(Device device, int needed) {
     std::vector<std::shared_ptr<Session::State>> idle;
     {
       MutexLock lock(&mu);
@@ -207,7 +139,7 @@ struct Engine::Impl : public StageServices {
       MutexLock lock(&s->mu);
       if (s->running || !s->kv.seq.has_value() || s->kv.device != device) continue;
       freed += static_cast<int>(s->kv.tokens.size());
-      ReleaseSessionKv(*this, s->kv);
+      ReleaseSessionKv(*devices, s->kv);
     }
     return freed;
   }
@@ -252,60 +184,41 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
                                    "default device costs");
   }
 
-  CpuBackendOptions cpu;
-  cpu.threads = options.threads > 0 ? options.threads : DefaultCpuThreads();
-  if (options.cpu_precision == "f32") {
-    cpu.precision = CpuPrecision::kF32;
-  } else if (options.cpu_precision == "bf16") {
-    cpu.precision = CpuPrecision::kBf16;
-  } else if (options.cpu_precision != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown cpu_precision '", options.cpu_precision, "'"));
-  }
-  cpu.max_sequences = options.max_sessions;
-  cpu.share_kv_prefixes = options.share_kv_prefixes;
-  cpu.kv_capacity_tokens =
+  BackendRequest request;
+  request.cpu_threads = options.threads;
+  HETERO_ASSIGN_OR_RETURN(request.cpu_precision, ParseCpuPrecision(options.cpu_precision));
+  request.max_sequences = options.max_sessions;
+  request.share_kv_prefixes = options.share_kv_prefixes;
+  request.kv_capacity_tokens =
       options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * impl->model->config().context_length;
-  HETERO_ASSIGN_OR_RETURN(impl->cpu, CpuBackend::Create(*impl->model, cpu));
+  HETERO_ASSIGN_OR_RETURN(std::vector<DeviceSlot> slots, CreateDeviceBackends(*impl->model, request));
   Impl* raw = impl.get();
-  impl->cpu_worker = std::make_unique<DeviceWorker>(*impl->cpu, *impl->tokenizer_owned, options.max_queued_tasks,
-                                                    options.max_batch, [raw](int tokens) { return raw->EvictIdle(tokens, Device::kCpu); });
-  const CudaInfo& cuda = QueryDevices().cuda;
-  const std::shared_ptr<const internal::TestHooks> hooks = internal::CurrentTestHooks();
-  if (hooks != nullptr && hooks->gpu_backend) {
-    // Fault injection: a stand-in for the GPU (tests).
-    HETERO_ASSIGN_OR_RETURN(impl->gpu, hooks->gpu_backend(*impl->model, cpu.kv_block_tokens, cpu.kv_capacity_tokens,
-                                                          options.max_sessions));
-    impl->gpu_worker = std::make_unique<DeviceWorker>(*impl->gpu, *impl->tokenizer_owned, options.max_queued_tasks,
-                                                      options.max_batch,
-                                                      [raw](int tokens) { return raw->EvictIdle(tokens, Device::kGpu); });
-  } else if (cuda.available) {
-    CudaBackendOptions gpu;
-    gpu.max_sequences = options.max_sessions;
-    gpu.kv_capacity_tokens = cpu.kv_capacity_tokens;
-    gpu.kv_block_tokens = cpu.kv_block_tokens;
-    gpu.share_kv_prefixes = options.share_kv_prefixes;  // one block layout: KV moves between them as is
-    absl::StatusOr<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(*impl->model, gpu);
-    if (created.ok()) {
-      impl->gpu = std::move(*created);
-      impl->gpu_worker = std::make_unique<DeviceWorker>(*impl->gpu, *impl->tokenizer_owned, options.max_queued_tasks,
-                                                        options.max_batch,
-                                                        [raw](int tokens) { return raw->EvictIdle(tokens, Device::kGpu); });
-      internal::Log(LogLevel::kInfo, absl::StrCat("GPU backend ready: ", impl->gpu->info().name));
-    } else {
-      // Too little device memory, or a device error: the CPU does everything.
-      impl->gpu_unavailable_reason = absl::StrCat("the CUDA backend could not start: ", created.status().message());
-      internal::Log(LogLevel::kWarning, absl::StrCat(impl->gpu_unavailable_reason, "; running on the CPU only"));
+  impl->devices = std::make_unique<DeviceRegistry>(std::move(slots), *impl->tokenizer_owned, options.max_queued_tasks,
+                                                   options.max_batch,
+                                                   [raw](Device device, int tokens) { return raw->EvictIdle(device, tokens); });
+  for (EngineDevice& d : impl->devices->devices()) {
+    for (const auto& [device, costs] : impl->calibration.devices) {
+      if (device == d.id) d.costs = costs;
     }
-  } else {
-    impl->gpu_unavailable_reason = cuda.notice;
+    if (d.available() && d.id.is_gpu()) {
+      internal::Log(LogLevel::kInfo, absl::StrCat(DeviceName(d.id), " backend ready: ", d.backend->info().name));
+    } else if (!d.available()) {
+      internal::Log(LogLevel::kInfo, absl::StrCat(DeviceName(d.id), " unavailable: ", d.unavailable_reason));
+    }
   }
+  impl->placer = std::make_unique<Placer>(*impl->devices, impl->scheduler, impl->calibration.host_device_gb_per_s,
+                                          impl->calibrated);
+  impl->services = std::make_unique<StageServices>(*impl->devices, *impl->placer, *impl->chat, *impl->tokenizer_owned);
   if (options.measure_energy) {
-    DeviceWorker* cpu_worker = impl->cpu_worker.get();
-    DeviceWorker* gpu_worker = impl->gpu_worker.get();
-    std::function<double()> gpu_busy;
-    if (gpu_worker != nullptr) gpu_busy = [gpu_worker] { return gpu_worker->busy_seconds(); };
+    DeviceWorker* cpu_worker = impl->devices->cpu().worker.get();
+    std::vector<std::pair<Device, std::function<double()>>> gpus;
+    for (EngineDevice& d : impl->devices->devices()) {
+      if (!d.available() || !d.id.is_gpu()) continue;
+      DeviceWorker* worker = d.worker.get();
+      gpus.emplace_back(d.id, [worker] { return worker->busy_seconds(); });
+    }
     impl->energy = internal::MakeEngineEnergyMeter(
-        options.power_model, [cpu_worker] { return cpu_worker->busy_seconds(); }, std::move(gpu_busy));
+        options.power_model, [cpu_worker] { return cpu_worker->busy_seconds(); }, std::move(gpus));
   }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
@@ -332,6 +245,17 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::NewSession(const std::string& s
 
 absl::StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<std::string>& texts,
                                                               const EmbedOptions& options) {
+  HETERO_ASSIGN_OR_RETURN(EmbedResult result, EmbedWithReport(texts, options));
+  return std::move(result.embeddings);
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> Engine::EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
+                                                                    const EmbedOptions& options) {
+  HETERO_ASSIGN_OR_RETURN(EmbedResult result, EmbedTokensWithReport(tokens, options));
+  return std::move(result.embeddings);
+}
+
+absl::StatusOr<EmbedResult> Engine::EmbedWithReport(const std::vector<std::string>& texts, const EmbedOptions& options) {
   std::vector<std::vector<int32_t>> tokens;
   tokens.reserve(texts.size());
   const Tokenizer& tokenizer = *impl_->tokenizer_owned;
@@ -340,13 +264,35 @@ absl::StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<
     HETERO_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(text, bos, /*parse_special=*/false));
     tokens.push_back(std::move(ids));
   }
-  return EmbedTokens(tokens, options);
+  return EmbedTokensWithReport(tokens, options);
 }
 
-absl::StatusOr<std::vector<std::vector<float>>> Engine::EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
-                                                                    const EmbedOptions& options) {
+absl::StatusOr<EmbedResult> Engine::EmbedTokensWithReport(const std::vector<std::vector<int32_t>>& tokens,
+                                                          const EmbedOptions& options) {
   if (options.layers < 0) return absl::InvalidArgumentError("EmbedOptions::layers must not be negative");
-  return impl_->cpu->Embed(tokens, options.pooling, options.layers);
+  const Clock::time_point start = Clock::now();
+  TaskState state;
+  state.task_id = impl_->next_task++;
+  for (const std::vector<int32_t>& t : tokens) {
+    state.prompt_tokens += static_cast<int>(t.size());
+  }
+  state.uncached_prompt_tokens = state.prompt_tokens;
+  const Placement placement = impl_->placer->Place(Stage::kEmbed, state);
+  absl::StatusOr<std::vector<std::vector<float>>> embeddings = absl::InternalError("embeddings did not run");
+  // On the device's worker, between its decode steps: one user of the backend at a time.
+  HETERO_RETURN_IF_ERROR(impl_->devices->Worker(placement.device).RunExclusive([&](Backend& backend) {
+    embeddings = backend.Embed(tokens, options.pooling, options.layers);
+  }));
+  if (!embeddings.ok()) return embeddings.status();
+  EmbedResult result;
+  result.embeddings = std::move(*embeddings);
+  result.report.stage = Stage::kEmbed;
+  result.report.device = placement.device;
+  result.report.reason = placement.reason;
+  result.report.start_ms = 0;
+  result.report.end_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  result.report.tokens_in = state.prompt_tokens;
+  return result;
 }
 
 int Engine::embedding_dimension() const { return impl_->model->config().n_embd; }
@@ -359,16 +305,11 @@ EngineStats Engine::stats() const {
     MutexLock lock(&impl_->mu);
     for (const auto& w : impl_->sessions) s.sessions += w.expired() ? 0 : 1;
   }
-  s.queued_tasks = impl_->cpu_worker->queued();
-  s.active_tasks = impl_->cpu_worker->active();
-  if (impl_->gpu != nullptr) {
-    s.queued_tasks += impl_->gpu_worker->queued();
-    s.active_tasks += impl_->gpu_worker->active();
-  }
-  const Backend* backends[] = {impl_->cpu.get(), impl_->gpu.get()};
-  for (const Backend* backend : backends) {
-    if (backend == nullptr) continue;
-    const KvCacheStats kv = backend->kv_cache_stats();
+  for (const EngineDevice& d : impl_->devices->devices()) {
+    if (!d.available()) continue;
+    s.queued_tasks += d.worker->queued();
+    s.active_tasks += d.worker->active();
+    const KvCacheStats kv = d.backend->kv_cache_stats();
     s.kv_used_tokens += kv.used_tokens;
     s.kv_capacity_tokens += kv.capacity_tokens;
     s.kv_shared_tokens += kv.shared_tokens;
@@ -380,13 +321,14 @@ EngineStats Engine::stats() const {
 
 std::string Engine::scheduler_name() const { return impl_->scheduler->name(); }
 
+SystemSnapshot Engine::snapshot() const { return impl_->placer->Snapshot(); }
+
 std::string Engine::DescribeDevices() const {
-  const SystemSnapshot snap = impl_->Snapshot();
+  const SystemSnapshot snap = impl_->placer->Snapshot();
   std::string out;
   for (const DeviceSnapshot& d : snap.devices) {
     absl::StrAppendFormat(&out, "%s: %s; costs%s: prefill %.0f tok/s, decode %.0f tok/s (batched %.0f), %.0f W active, %.0f W idle\n",
-                          DeviceName(d.device),
-                          d.available ? impl_->cpu->info().name : "unavailable (" + d.unavailable_reason + ")",
+                          DeviceName(d.device), d.available ? d.name : "unavailable (" + d.unavailable_reason + ")",
                           snap.calibrated ? "" : " (defaults)", d.costs.prefill_tokens_per_s, d.costs.decode_tokens_per_s,
                           d.costs.batched_decode_tokens_per_s, d.costs.active_watts, d.costs.idle_watts);
   }
@@ -398,14 +340,14 @@ Session::~Session() {
   State& s = *state_;
   {
     MutexLock lock(&s.mu);  // a Run in progress holds `running`; wait for it is the caller's job
-    if (!s.running) ReleaseSessionKv(*s.engine, s.kv);
+    if (!s.running) ReleaseSessionKv(*s.engine->devices, s.kv);
   }
-  s.engine->cpu_worker->Poke();
+  s.engine->devices->PokeAll();
 }
 
 void Session::Cancel() {
   state_->cancelled = true;
-  state_->engine->cpu_worker->Poke();
+  state_->engine->devices->PokeAll();
 }
 
 std::vector<ChatMessage> Session::messages() const {
@@ -452,7 +394,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   }
   messages.push_back(ChatMessage{"user", user_message, {}, "", ""});
   TaskContext task;
-  task.services = s.engine.get();
+  task.services = s.engine->services.get();
   task.task_id = s.engine->next_task++;
   task.start = Clock::now();
   task.options = &options;
@@ -465,7 +407,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   const ToolRegistry* registry = options.tool_registry.get();
   task.response_grammar = std::move(response_grammar);
   if (registry != nullptr) {
-    task.tool_format = internal::ResolveToolFormat(s.engine->chat_template(), options.tool_format);
+    task.tool_format = internal::ResolveToolFormat(*s.engine->chat, options.tool_format);
     task.report.tool_format = std::string(ToolCallFormatName(task.tool_format));
     if (options.constrain_tool_calls) {
       std::vector<std::string> names;
@@ -500,12 +442,12 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     status = RunStage(task, Stage::kUnderstand, [&] { return UnderstandStage().Run(task); });
     if (status.ok()) status = RunStage(task, Stage::kGenerate, [&] { return GenerateStage().Run(task); });
     if (!status.ok() && status.code() == absl::StatusCode::kResourceExhausted && task.kv->device != Device::kCpu &&
-        !task.force_cpu && task.report.generated_tokens == generated_before) {
+        !task.out_of_memory_device.has_value() && task.report.generated_tokens == generated_before) {
       // The device ran out of memory for this task (its KV, or a buffer) before any text of
-      // this round was shown: encode and decode on the CPU instead, saying why.
-      task.force_cpu = absl::StrCat("; ", std::string(DeviceName(task.kv->device)), " out of memory (",
-                                    status.message(), "), re-placed on the cpu");
-      ReleaseSessionKv(*s.engine, s.kv);
+      // this round was shown: the round is placed again, knowing that (rule "out-of-memory").
+      task.out_of_memory_device = task.kv->device;
+      task.out_of_memory_message = std::string(status.message());
+      ReleaseSessionKv(*s.engine->devices, s.kv);
       task.report.stages.resize(stages_before);
       status = RunStage(task, Stage::kUnderstand, [&] { return UnderstandStage().Run(task); });
       if (status.ok()) status = RunStage(task, Stage::kGenerate, [&] { return GenerateStage().Run(task); });
@@ -558,14 +500,14 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     if (!status.ok()) {
       // A cancelled, expired or failed task releases its KV memory; the conversation is kept
       // as it was before this Run.
-      ReleaseSessionKv(*s.engine, s.kv);
+      ReleaseSessionKv(*s.engine->devices, s.kv);
     } else {
       s.messages = std::move(messages);
       s.generated = std::move(generated);
     }
   }
   // The session's KV is now free or evictable: a job waiting for memory may go.
-  s.engine->cpu_worker->Poke();
+  s.engine->devices->PokeAll();
   if (!status.ok()) return status;
   return RunResult{answer, std::move(task.report), std::move(task.token_logprobs)};
 }

@@ -7,33 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "hetero/scheduler.h"
 
 namespace hetero {
 
-std::string_view StageName(Stage stage) {
-  switch (stage) {
-    case Stage::kUnderstand: return "understand";
-    case Stage::kGenerate: return "generate";
-    case Stage::kToolCall: return "tool_call";
-  }
-  return "?";
-}
-
-std::string_view DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "gpu"; }
-
-std::string_view KvPolicyName(KvPolicy policy) {
-  switch (policy) {
-    case KvPolicy::kKeep: return "keep";
-    case KvPolicy::kSwapToHost: return "swap_to_host";
-    case KvPolicy::kDiscard: return "discard";
-  }
-  return "?";
-}
-
 DeviceCosts DefaultCosts(Device device) {
   DeviceCosts c;
-  if (device == Device::kCpu) {
+  if (!device.is_gpu()) {
     // Below what the 2-vCPU development machine measures for the default model, so an
     // uncalibrated engine does not promise too much of an unknown CPU.
     c.prefill_tokens_per_s = 200;
@@ -61,35 +42,48 @@ Placement Place(Device d, std::string reason, KvPolicy kv = KvPolicy::kKeep) {
   return p;
 }
 
-bool Available(const SystemSnapshot& s, Device d) {
-  const DeviceSnapshot* ds = s.Find(d);
-  return ds != nullptr && ds->available;
-}
-
-// While the task waits on a tool with its KV on the GPU, the GPU memory is better used by
+// While the task waits on a tool with its KV on a GPU, the GPU memory is better used by
 // others: swap to host. KV already on the host stays.
 KvPolicy HostFriendlyKvPolicy(const TaskState& t) {
-  return t.kv_device == Device::kGpu && t.kv_tokens > 0 ? KvPolicy::kSwapToHost : KvPolicy::kKeep;
+  return t.kv_device.is_gpu() && t.kv_tokens > 0 ? KvPolicy::kSwapToHost : KvPolicy::kKeep;
+}
+
+// The GPU for a task: the one holding its KV when that one is available (nothing to move),
+// else the available GPU with the fewest tasks, else the first GPU (which the
+// device-unavailable rule then replaces by the CPU).
+Device ChooseGpu(const TaskState& task, const SystemSnapshot& system) {
+  if (task.kv_device.is_gpu() && task.kv_tokens > 0) {
+    const DeviceSnapshot* held = system.Find(task.kv_device);
+    if (held != nullptr && held->available) return task.kv_device;
+  }
+  const DeviceSnapshot* best = nullptr;
+  for (const DeviceSnapshot& d : system.devices) {
+    if (!d.device.is_gpu() || !d.available) continue;
+    if (best == nullptr || d.queued_tasks + d.active_tasks < best->queued_tasks + best->active_tasks) best = &d;
+  }
+  return best != nullptr ? best->device : Device::kGpu;
 }
 
 class FixedScheduler : public Scheduler {
  public:
-  FixedScheduler(std::string name, Device understand, Device generate)
+  FixedScheduler(std::string name, DeviceKind understand, DeviceKind generate)
       : name_(std::move(name)), understand_(understand), generate_(generate) {}
   std::string name() const override { return name_; }
-  Placement Place(Stage stage, const TaskState& task, const SystemSnapshot&) override {
+  Placement Place(Stage stage, const TaskState& task, const SystemSnapshot& system) override {
+    const auto on = [&](DeviceKind kind) { return kind == DeviceKind::kGpu ? ChooseGpu(task, system) : Device::kCpu; };
     switch (stage) {
-      case Stage::kUnderstand: return hetero::Place(understand_, name_);
-      case Stage::kGenerate: return hetero::Place(generate_, name_);
+      case Stage::kUnderstand: return hetero::Place(on(understand_), name_);
+      case Stage::kGenerate: return hetero::Place(on(generate_), name_);
       case Stage::kToolCall: return hetero::Place(Device::kCpu, name_, HostFriendlyKvPolicy(task));
+      case Stage::kEmbed: return hetero::Place(on(understand_), name_);
     }
     return hetero::Place(Device::kCpu, name_);
   }
 
  private:
   std::string name_;
-  Device understand_;
-  Device generate_;
+  DeviceKind understand_;
+  DeviceKind generate_;
 };
 
 // Picks, among available devices, the one with the fewest joules for the stage whose
@@ -102,6 +96,7 @@ class CostScheduler : public Scheduler {
 
   Placement Place(Stage stage, const TaskState& task, const SystemSnapshot& system) override {
     if (stage == Stage::kToolCall) return PlaceToolCall(task, system);
+    if (stage == Stage::kEmbed) return hetero::Place(Device::kCpu, "cost: embeddings run on the cpu");
     struct Option {
       Device device;
       double seconds;
@@ -159,7 +154,7 @@ class CostScheduler : public Scheduler {
     const double recompute_s = task.prompt_tokens / std::max(1.0, kv_dev->costs.prefill_tokens_per_s);
     const double discard = bytes * recompute_s;
     double swap = std::numeric_limits<double>::infinity();
-    if (task.kv_device == Device::kGpu && system.host_device_gb_per_s > 0) {
+    if (task.kv_device.is_gpu() && system.host_device_gb_per_s > 0) {
       swap = bytes * 2.0 * bytes / (system.host_device_gb_per_s * 1e9);
     }
     // Host memory (KV on the CPU) is only worth freeing when it is actually scarce.
@@ -170,7 +165,7 @@ class CostScheduler : public Scheduler {
       policy = KvPolicy::kSwapToHost;
       best = swap;
     }
-    if ((task.kv_device == Device::kGpu || scarce) && discard < best) policy = KvPolicy::kDiscard;
+    if ((task.kv_device.is_gpu() || scarce) && discard < best) policy = KvPolicy::kDiscard;
     return hetero::Place(Device::kCpu,
                          absl::StrFormat("cost: waste keep %.3g, swap %.3g, discard %.3g byte-seconds%s", keep, swap,
                                          discard, scarce ? " (KV memory scarce)" : ""),
@@ -180,13 +175,18 @@ class CostScheduler : public Scheduler {
 
 }  // namespace
 
+const std::vector<std::string>& BuiltInSchedulers() {
+  static const std::vector<std::string> names = {"seed", "all-cpu", "all-gpu", "cost"};
+  return names;
+}
+
 absl::StatusOr<std::unique_ptr<Scheduler>> MakeScheduler(std::string_view name) {
-  if (name == "seed") return std::make_unique<FixedScheduler>("seed", Device::kCpu, Device::kGpu);
-  if (name == "all-cpu") return std::make_unique<FixedScheduler>("all-cpu", Device::kCpu, Device::kCpu);
-  if (name == "all-gpu") return std::make_unique<FixedScheduler>("all-gpu", Device::kGpu, Device::kGpu);
+  if (name == "seed") return std::make_unique<FixedScheduler>("seed", DeviceKind::kCpu, DeviceKind::kGpu);
+  if (name == "all-cpu") return std::make_unique<FixedScheduler>("all-cpu", DeviceKind::kCpu, DeviceKind::kCpu);
+  if (name == "all-gpu") return std::make_unique<FixedScheduler>("all-gpu", DeviceKind::kGpu, DeviceKind::kGpu);
   if (name == "cost") return std::make_unique<CostScheduler>();
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown scheduler '", std::string(name), "' (built-in: seed, all-cpu, all-gpu, cost)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown scheduler '", std::string(name), "' (accepted: ",
+                                                 absl::StrJoin(BuiltInSchedulers(), ", "), ")"));
 }
 
 absl::StatusOr<Calibration> LoadCalibration(const std::string& path) {
@@ -205,14 +205,12 @@ absl::StatusOr<Calibration> LoadCalibration(const std::string& path) {
     return o[key].get<double>();
   };
   for (const auto& [name, value] : j["devices"].items()) {
-    Device d;
-    if (name == "cpu") {
-      d = Device::kCpu;
-    } else if (name == "gpu") {
-      d = Device::kGpu;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("calibration profile '", path, "': unknown device '", name, "'"));
+    absl::StatusOr<Device> parsed = ParseDevice(name);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("calibration profile '", path, "': unknown device '", name, "' (", parsed.status().message(), ")"));
     }
+    const Device d = *parsed;
     DeviceCosts costs;
     for (auto [key, field] : {std::pair{"prefill_tokens_per_s", &costs.prefill_tokens_per_s},
                               std::pair{"decode_tokens_per_s", &costs.decode_tokens_per_s},

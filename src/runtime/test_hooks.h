@@ -28,11 +28,13 @@ struct TestHooks {
   std::function<void(uint64_t task_id, Stage stage, bool begin)> stage_boundary;
   // After each chunk of a model file is read into memory (`bytes_read` so far of `size`).
   std::function<void(size_t bytes_read, size_t size)> model_file_read;
-  // When set, the engine uses this backend as its GPU (whatever the machine has), with the
-  // CPU backend's KV block size so that KV moves between the two as is.
+  // When set, the engine's GPUs are `stand_in_gpus` backends made by this (whatever the
+  // machine has), GPU `ordinal` each, with the CPU backend's KV block size so that KV moves
+  // between them as is. An error makes that GPU unavailable, with the error as the reason.
   std::function<absl::StatusOr<std::unique_ptr<Backend>>(const Model& model, int kv_block_tokens,
-                                                         int kv_capacity_tokens, int max_sequences)>
+                                                         int kv_capacity_tokens, int max_sequences, int ordinal)>
       gpu_backend;
+  int stand_in_gpus = 1;
 };
 
 // Installs `hooks` for the whole process (replacing any), or removes them with an empty

@@ -5,9 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "hetero/devices.h"
-#include "src/gpu/cuda_module_abi.h"
-#include "src/runtime/cuda_module_loader.h"
+#include "src/runtime/pinned_host_memory.h"
 #include "src/runtime/sync.h"
 
 namespace hetero {
@@ -21,22 +19,6 @@ HostAllocator AlignedAllocator() {
   a.release = [](void* p, size_t) { std::free(p); };
   a.pinned = false;
   return a;
-}
-
-// Page-locked memory from the CUDA module, when one with a usable GPU is loaded.
-bool PinnedAllocator(HostAllocator* out) {
-  if (!QueryDevices().cuda.available) return false;
-  auto alloc = reinterpret_cast<hetero_cuda_host_alloc_fn>(CudaModuleSymbol(HETERO_CUDA_HOST_ALLOC_SYMBOL));
-  auto release = reinterpret_cast<hetero_cuda_host_free_fn>(CudaModuleSymbol(HETERO_CUDA_HOST_FREE_SYMBOL));
-  if (alloc == nullptr || release == nullptr) return false;
-  out->allocate = [alloc](size_t bytes) -> void* {
-    void* p = nullptr;
-    char message[256];
-    return alloc(bytes, &p, message, sizeof message) == HETERO_CUDA_OK ? p : nullptr;
-  };
-  out->release = [release](void* p, size_t) { release(p); };
-  out->pinned = true;
-  return true;
 }
 
 }  // namespace
@@ -87,7 +69,7 @@ HostMemoryPool::~HostMemoryPool() { Trim(); }
 
 std::shared_ptr<HostMemoryPool> HostMemoryPool::Create(uint64_t cache_limit_bytes) {
   HostAllocator pinned;
-  return CreateWith(PinnedAllocator(&pinned) ? pinned : AlignedAllocator(), cache_limit_bytes);
+  return CreateWith(FindPinnedHostAllocator(&pinned) ? pinned : AlignedAllocator(), cache_limit_bytes);
 }
 
 std::shared_ptr<HostMemoryPool> HostMemoryPool::CreateWith(HostAllocator allocator, uint64_t cache_limit_bytes) {

@@ -52,8 +52,8 @@ class ForwardingBackend : public Backend {
 template <typename Wrapper>
 internal::TestHooks StandInGpuHooks(Wrapper** created) {
   internal::TestHooks hooks;
-  hooks.gpu_backend = [created](const Model& model, int block_tokens, int capacity,
-                                int max_sequences) -> absl::StatusOr<std::unique_ptr<Backend>> {
+  hooks.gpu_backend = [created](const Model& model, int block_tokens, int capacity, int max_sequences,
+                                int /*ordinal*/) -> absl::StatusOr<std::unique_ptr<Backend>> {
     CpuBackendOptions o;
     o.threads = 1;
     o.kv_block_tokens = block_tokens;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "src/runtime/energy/energy_meter.h"
 
 #include <cstdlib>
@@ -97,9 +98,9 @@ std::string EnergyMeter::sources() const {
   return absl::StrJoin(parts, "; ");
 }
 
-std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(const std::string& power_model_path,
-                                                   std::function<double()> cpu_busy_seconds,
-                                                   std::function<double()> gpu_busy_seconds) {
+std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(
+    const std::string& power_model_path, std::function<double()> cpu_busy_seconds,
+    std::vector<std::pair<Device, std::function<double()>>> gpus) {
   std::vector<std::unique_ptr<EnergyCounter>> counters;
   std::string why_no_rapl;
   counters = FindRaplCounters("/sys/class/powercap", &why_no_rapl);
@@ -127,29 +128,39 @@ std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(const std::string& power_mode
   } else {
     notes = "cpu energy is measured by RAPL";
   }
-  if (gpu_busy_seconds) {
+  if (!gpus.empty()) {
     std::string why_no_nvml;
-    std::vector<std::unique_ptr<EnergyCounter>> gpu = FindNvmlCounters("libnvidia-ml.so.1", &why_no_nvml);
-    if (!gpu.empty()) {
-      counters.push_back(std::move(gpu.front()));  // the engine uses device 0
-      absl::StrAppend(&notes, "; gpu energy is measured by NVML");
-    } else {
-      PowerModel model = DefaultPowerModel(Device::kGpu);
-      std::string path = power_model_path;
-      if (path.empty()) {
-        if (const char* env = std::getenv("HETERO_POWER_MODEL"); env != nullptr) path = env;
-      }
-      if (!path.empty()) {
-        absl::StatusOr<std::vector<std::pair<Device, PowerModel>>> models = LoadPowerModels(path);
-        if (models.ok()) {
-          for (const auto& [device, m] : *models) {
-            if (device == Device::kGpu) model = m;
-          }
+    std::vector<std::unique_ptr<EnergyCounter>> nvml = FindNvmlCounters("libnvidia-ml.so.1", &why_no_nvml);
+    PowerModel model = DefaultPowerModel(Device::kGpu);
+    std::string path = power_model_path;
+    if (path.empty()) {
+      if (const char* env = std::getenv("HETERO_POWER_MODEL"); env != nullptr) path = env;
+    }
+    if (!path.empty()) {
+      absl::StatusOr<std::vector<std::pair<Device, PowerModel>>> models = LoadPowerModels(path);
+      if (models.ok()) {
+        for (const auto& [device, m] : *models) {
+          if (device.is_gpu()) model = m;
         }
       }
-      counters.push_back(MakePowerModelCounter(Device::kGpu, model, std::move(gpu_busy_seconds)));
+    }
+    int measured = 0;
+    for (auto& [device, busy] : gpus) {
+      // NVML numbers GPUs as CUDA does by default (CUDA_DEVICE_ORDER=PCI_BUS_ID makes it sure).
+      auto it = std::find_if(nvml.begin(), nvml.end(), [&](const auto& c) { return c != nullptr && c->device() == device; });
+      if (it != nvml.end()) {
+        counters.push_back(std::move(*it));
+        ++measured;
+      } else {
+        counters.push_back(MakePowerModelCounter(device, model, std::move(busy)));
+      }
+    }
+    if (measured == static_cast<int>(gpus.size())) {
+      absl::StrAppend(&notes, "; gpu energy is measured by NVML");
+    } else {
       absl::StrAppend(&notes, "; gpu energy is estimated from its power model (", model.idle_watts, " W idle + ",
-                      model.active_watts, " W while computing): ", why_no_nvml);
+                      model.active_watts, " W while computing) for ", gpus.size() - measured, " of ", gpus.size(),
+                      " GPUs: ", why_no_nvml);
     }
   }
   Log(LogLevel::kInfo, absl::StrCat("energy: ", notes));

@@ -55,9 +55,10 @@ class EnergyMeter {
 // (`power_model_path`, or $HETERO_POWER_MODEL, or the defaults) over the worker's busy time;
 // with `gpu_busy_seconds` (an engine with a GPU worker), NVML for the GPU where it answers,
 // else the GPU's power model over that worker's busy time.
-std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(const std::string& power_model_path,
-                                                   std::function<double()> cpu_busy_seconds,
-                                                   std::function<double()> gpu_busy_seconds = nullptr);
+// `gpus`: each GPU of the engine with its worker's busy time (empty without a GPU).
+std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(
+    const std::string& power_model_path, std::function<double()> cpu_busy_seconds,
+    std::vector<std::pair<Device, std::function<double()>>> gpus = {});
 
 }  // namespace hetero::internal
 

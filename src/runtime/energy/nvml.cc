@@ -42,7 +42,7 @@ class NvmlEnergyCounter : public EnergyCounter {
   NvmlEnergyCounter(std::shared_ptr<NvmlLibrary> nvml, NvmlDevice device, unsigned index, unsigned long long first_mj)
       : nvml_(std::move(nvml)), device_(device), index_(index), first_mj_(first_mj) {}
   std::string name() const override { return absl::StrCat("nvml:", index_); }
-  Device device() const override { return Device::kGpu; }
+  Device device() const override { return Device::Gpu(static_cast<int>(index_)); }
   bool estimated() const override { return false; }
   absl::StatusOr<double> ReadJoules() override {
     unsigned long long mj = 0;
@@ -64,7 +64,7 @@ class NvmlPowerCounter : public EnergyCounter {
   NvmlPowerCounter(std::shared_ptr<NvmlLibrary> nvml, NvmlDevice device, unsigned index)
       : nvml_(std::move(nvml)), device_(device), index_(index) {}
   std::string name() const override { return absl::StrCat("nvml-power:", index_); }
-  Device device() const override { return Device::kGpu; }
+  Device device() const override { return Device::Gpu(static_cast<int>(index_)); }
   bool estimated() const override { return false; }
   absl::StatusOr<double> ReadJoules() override {
     unsigned int mw = 0;

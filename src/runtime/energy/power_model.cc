@@ -39,7 +39,7 @@ class PowerModelCounter : public EnergyCounter {
 PowerModel DefaultPowerModel(Device device) {
   // Stated, not measured (docs/METRICS.md): a server CPU socket's share for a few cores,
   // and an H100/H200-class GPU's idle and typical decode draw.
-  if (device == Device::kGpu) return {70.0, 280.0};
+  if (device.is_gpu()) return {70.0, 280.0};
   return {10.0, 25.0};
 }
 

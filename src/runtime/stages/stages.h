@@ -37,9 +37,6 @@ class ToolCallStage {
 // task.small_answer and task.route_grammar.
 absl::Status RunUnderstandGate(TaskContext& task, const std::string& user_message, const ToolRegistry* registry);
 
-// Releases whatever KV the session holds (after cancellation or errors).
-void ReleaseSessionKv(StageServices& services, SessionKv& kv);
-
 }  // namespace hetero
 
 #endif  // HETERO_RUNTIME_STAGES_STAGES_H_

@@ -15,32 +15,42 @@
 #include "hetero/scheduler.h"
 #include "hetero/tokenizer.h"
 #include "src/runtime/backend.h"
+#include "src/runtime/device_registry.h"
 #include "src/runtime/device_worker.h"
+#include "src/runtime/placer.h"
+#include "src/runtime/session_kv.h"
 #include "src/runtime/tools/json_matcher.h"
 #include "src/runtime/tools/tool_call_constraint.h"
 #include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
 
-// The engine services stages call (implemented by the engine).
+// What the stages use of the engine, all below them: its devices, the placement (the
+// policy with its rules), the template and the tokenizer. The engine owns these; stages only
+// call down, never back into the engine.
 class StageServices {
  public:
-  virtual ~StageServices() = default;
-  // The scheduler's placement, with unavailable devices replaced by the CPU (noticed once).
-  virtual Placement Place(Stage stage, const TaskState& task) = 0;
-  virtual DeviceWorker& Worker(Device device) = 0;
-  virtual const ChatTemplate& chat_template() const = 0;
-  virtual const Tokenizer& tokenizer() const = 0;
+  StageServices(DeviceRegistry& devices, Placer& placer, const ChatTemplate& chat, const Tokenizer& tokenizer)
+      : devices_(devices), placer_(placer), chat_(chat), tokenizer_(tokenizer) {}
+  Placement Place(Stage stage, const TaskState& task) { return placer_.Place(stage, task); }
+  DeviceRegistry& devices() { return devices_; }
+  DeviceWorker& Worker(Device device) { return devices_.Worker(device); }
+  const ChatTemplate& chat_template() const { return chat_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
   // Every token's bytes, for constrained decoding (built on first use).
-  virtual std::shared_ptr<const internal::VocabBytes> vocab_bytes() = 0;
-};
+  std::shared_ptr<const internal::VocabBytes> vocab_bytes() {
+    MutexLock lock(&mu_);
+    if (vocab_bytes_ == nullptr) vocab_bytes_ = std::make_shared<const internal::VocabBytes>(tokenizer_);
+    return vocab_bytes_;
+  }
 
-// A session's KV state: which backend sequence holds which tokens.
-struct SessionKv {
-  Device device = Device::kCpu;
-  std::optional<SequenceId> seq;         // none: nothing cached
-  std::vector<int32_t> tokens;           // the tokens that sequence holds
-  std::optional<SavedSequence> swapped;  // KV parked in host memory during a tool call
+ private:
+  DeviceRegistry& devices_;
+  Placer& placer_;
+  const ChatTemplate& chat_;
+  const Tokenizer& tokenizer_;
+  Mutex mu_;
+  std::shared_ptr<const internal::VocabBytes> vocab_bytes_ ABSL_GUARDED_BY(mu_);
 };
 
 struct TaskContext {
@@ -55,9 +65,10 @@ struct TaskContext {
   SessionKv* kv = nullptr;
   TaskReport report;
 
-  // Set after a device ran out of memory for this task: every later stage runs on the CPU,
-  // and this (why) ends their reasons.
-  std::optional<std::string> force_cpu;
+  // Set after a device ran out of memory for this task (TaskState::out_of_memory_device):
+  // the placement rules move later stages off it.
+  std::optional<Device> out_of_memory_device;
+  std::string out_of_memory_message;
 
   // The Understand gate (RunOptions::safety, router): a `generate_small` route (CPU,
   // short budget), and for a `tool:<name>` route the grammar of the first reply.

@@ -76,7 +76,7 @@ absl::Status ToolCallStage::Run(TaskContext& task) {
         break;
       }
       case KvPolicy::kDiscard:
-        ReleaseSessionKv(services, kv);
+        ReleaseSessionKv(services.devices(), kv);
         break;
     }
     if (placement.kv_policy != KvPolicy::kKeep) services.Worker(kv.device).Poke();  // memory freed

@@ -22,34 +22,10 @@ TaskState TaskContext::State() const {
   s.kv_device = kv->device;
   s.expected_tool_seconds = options->tools.expected_seconds;
   s.latency_target_seconds = options->latency_target_seconds;
+  s.small_answer = small_answer;
+  s.out_of_memory_device = out_of_memory_device;
+  s.out_of_memory_message = out_of_memory_message;
   return s;
-}
-
-// Moves a session's cached KV to `device` through host memory (both backends keep one
-// block layout). False when the move failed and the cache was dropped.
-bool MoveSessionKv(StageServices& services, SessionKv& kv, Device device) {
-  if (!kv.seq.has_value() || kv.device == device) return true;
-  Backend& from = services.Worker(kv.device).backend();
-  Backend& to = services.Worker(device).backend();
-  absl::StatusOr<SavedSequence> saved = from.SwapOut(*kv.seq);
-  absl::StatusOr<SequenceId> moved = saved.ok() ? to.SwapIn(*saved) : saved.status();
-  if (moved.ok()) {
-    kv.seq = *moved;
-    kv.device = device;
-    return true;
-  }
-  if (!saved.ok()) from.FreeSequence(*kv.seq);
-  kv.seq.reset();
-  kv.tokens.clear();
-  kv.device = device;
-  return false;
-}
-
-void ReleaseSessionKv(StageServices& services, SessionKv& kv) {
-  if (kv.seq.has_value()) services.Worker(kv.device).backend().FreeSequence(*kv.seq);
-  kv.seq.reset();
-  kv.tokens.clear();
-  kv.swapped.reset();
 }
 
 absl::Status UnderstandStage::Run(TaskContext& task) {
@@ -87,28 +63,21 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   }
   task.reused_tokens = common;
 
-  Placement placement = services.Place(Stage::kUnderstand, task.State());
+  const Placement placement = services.Place(Stage::kUnderstand, task.State());
   task.generate_placement = services.Place(Stage::kGenerate, task.State());
-  if (task.small_answer) {
-    for (Placement* p : {&placement, &task.generate_placement}) {
-      if (p->device != Device::kCpu) absl::StrAppend(&p->reason, "; route '", task.route, "' answers briefly on the cpu");
-      p->device = Device::kCpu;
-    }
-  }
-  if (task.force_cpu.has_value()) {
-    for (Placement* p : {&placement, &task.generate_placement}) {
-      if (p->device != Device::kCpu) absl::StrAppend(&p->reason, *task.force_cpu);
-      p->device = Device::kCpu;
-    }
-  }
   const Device understand_device = placement.device;
   const Device generate_device = task.generate_placement.device;
-  // With Understand and Generate on different devices (the seed policy on a machine with a
-  // GPU), the prompt but its last token is encoded where Understand runs and its KV then
-  // handed to the Generate device, which encodes the last token (its logits start
-  // generation) and decodes. Otherwise the whole prompt is encoded where Generate runs.
+  // Rule "prefill-handoff": with Understand and Generate on different devices (the seed
+  // policy on a machine with a GPU), the prompt but its last token is encoded where
+  // Understand runs and its KV then handed to the Generate device, which encodes the last
+  // token (its logits start generation) and decodes. Otherwise (or with one token to encode)
+  // the whole prompt is encoded where Generate runs.
   const bool split = understand_device != generate_device && task.prompt_tokens.size() - common > 1;
-  if (kv.seq.has_value() && !MoveSessionKv(services, kv, split ? understand_device : generate_device)) {
+  std::string handoff;
+  if (understand_device != generate_device && !split) {
+    handoff = absl::StrCat("; rule prefill-handoff: one token to encode, encoded on the ", DeviceName(generate_device));
+  }
+  if (kv.seq.has_value() && !MoveSessionKv(services.devices(), kv, split ? understand_device : generate_device)) {
     task.reused_tokens = 0;  // the move failed: the cache was dropped, encode again
   }
   kv.device = split ? understand_device : generate_device;
@@ -129,7 +98,6 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   kv.tokens.assign(task.prompt_tokens.begin(), task.prompt_tokens.begin() + task.reused_tokens);
   const size_t encoded_here = task.prompt_tokens.size() - task.reused_tokens;
 
-  std::string handoff;
   if (split) {
     auto job = std::make_shared<GenerationJob>();
     job->seq = *kv.seq;
@@ -147,11 +115,11 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
     }
     task.reused_tokens = kv.tokens.size();  // Generate encodes only the last token
     const auto moved_at = Clock::now();
-    if (MoveSessionKv(services, kv, generate_device)) {
-      handoff = absl::StrFormat("; KV handed to the %s in %.2f ms", DeviceName(generate_device),
+    if (MoveSessionKv(services.devices(), kv, generate_device)) {
+      handoff = absl::StrFormat("; rule prefill-handoff: KV handed to the %s in %.2f ms", DeviceName(generate_device),
                                 std::chrono::duration<double, std::milli>(Clock::now() - moved_at).count());
     } else {
-      handoff = absl::StrCat("; KV handoff to the ", std::string(DeviceName(generate_device)),
+      handoff = absl::StrCat("; rule prefill-handoff: KV handoff to the ", DeviceName(generate_device),
                              " failed, prompt encoded again there");
       task.reused_tokens = 0;
     }

@@ -1,7 +1,7 @@
 #include "hetero/devices.h"
 
 #include "src/cpu/cpu_features.h"
-#include "src/runtime/cuda_module_loader.h"
+#include "src/gpu/cuda_module_loader.h"
 #include "src/runtime/log_internal.h"
 
 namespace hetero {

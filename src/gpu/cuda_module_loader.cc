@@ -1,4 +1,4 @@
-#include "src/runtime/cuda_module_loader.h"
+#include "src/gpu/cuda_module_loader.h"
 
 #include <dlfcn.h>
 

@@ -1,6 +1,6 @@
 // Finds and loads the CUDA backend module (libhetero-cuda.so) at run time.
-#ifndef HETERO_RUNTIME_CUDA_MODULE_LOADER_H_
-#define HETERO_RUNTIME_CUDA_MODULE_LOADER_H_
+#ifndef HETERO_GPU_CUDA_MODULE_LOADER_H_
+#define HETERO_GPU_CUDA_MODULE_LOADER_H_
 
 #include <string>
 #include <vector>
@@ -23,4 +23,4 @@ std::vector<std::string> CudaModuleCandidates();
 
 }  // namespace hetero
 
-#endif  // HETERO_RUNTIME_CUDA_MODULE_LOADER_H_
+#endif  // HETERO_GPU_CUDA_MODULE_LOADER_H_
