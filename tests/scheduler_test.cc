@@ -65,7 +65,88 @@ TEST(SchedulerTest, FixedPolicies) {
   TaskState on_cpu = on_gpu;
   on_cpu.kv_device = Device::kCpu;
   EXPECT_EQ(PlaceWith("seed", Stage::kToolCall, on_cpu, s).kv_policy, KvPolicy::kKeep);
-  EXPECT_THAT(MakeScheduler("fastest"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'fastest'")));
+  EXPECT_THAT(MakeScheduler("fastest"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("'fastest' (accepted: seed, all-cpu, all-gpu, cost)")));
+}
+
+TEST(SchedulerTest, DeviceNamesRoundTrip) {
+  for (Device d : {Device::kCpu, Device::kGpu, Device::Gpu(1), Device::Gpu(12)}) {
+    auto parsed = ParseDevice(DeviceName(d));
+    ASSERT_TRUE(parsed.ok()) << DeviceName(d);
+    EXPECT_EQ(*parsed, d);
+  }
+  EXPECT_EQ(DeviceName(Device::Gpu(1)), "gpu:1");
+  EXPECT_EQ(*ParseDevice("gpu:0"), Device::kGpu);
+  for (const char* bad : {"", "GPU", "gpu:", "gpu:-1", "gpu:1x", "gpu:99999", "tpu"}) {
+    EXPECT_THAT(ParseDevice(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("accepted: cpu, gpu, gpu:N")))
+        << bad;
+  }
+}
+
+// The CPU and two GPUs: Generate goes to the GPU holding the task's KV, else the less loaded
+// one (then the one with more free KV).
+TEST(SchedulerTest, TwoGpusBalanceAndKeepAffinity) {
+  SystemSnapshot s = System(true);
+  DeviceSnapshot second = s.devices[1];
+  second.device = Device::Gpu(1);
+  s.devices.push_back(second);
+  TaskState t = Task(100, 50);
+  for (const char* policy : {"seed", "all-gpu"}) {
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(PlaceWith(policy, Stage::kGenerate, t, s).device, Device::kGpu) << "a tie: the first";
+    s.devices[1].active_tasks = 2;
+    EXPECT_EQ(PlaceWith(policy, Stage::kGenerate, t, s).device, Device::Gpu(1)) << "the less loaded";
+    s.devices[1].active_tasks = 0;
+    s.devices[1].kv_free_tokens -= 1000;
+    EXPECT_EQ(PlaceWith(policy, Stage::kGenerate, t, s).device, Device::Gpu(1)) << "more free KV";
+    TaskState held = t;
+    held.kv_tokens = 200;
+    held.kv_device = Device::kGpu;
+    EXPECT_EQ(PlaceWith(policy, Stage::kGenerate, held, s).device, Device::kGpu) << "where its KV is";
+    s.devices[1].available = false;
+    EXPECT_EQ(PlaceWith(policy, Stage::kGenerate, held, s).device, Device::Gpu(1)) << "its GPU is gone";
+    s.devices[1] = s.devices[2];
+    s.devices[1].device = Device::kGpu;
+  }
+}
+
+TEST(SchedulerTest, PlacementRules) {
+  const SystemSnapshot s = System(true);
+  Placement gpu;
+  gpu.device = Device::kGpu;
+  gpu.reason = "p";
+  TaskState t = Task(10, 10);
+  EXPECT_EQ(ApplyPlacementRules(Stage::kGenerate, t, s, gpu).reason, "p") << "no rule applies";
+  t.small_answer = true;
+  t.route = "chat";
+  Placement p = ApplyPlacementRules(Stage::kGenerate, t, s, gpu);
+  EXPECT_EQ(p.device, Device::kCpu);
+  EXPECT_EQ(p.reason, "p; rule small-answer: route 'chat' answers briefly on the cpu");
+  t.small_answer = false;
+  t.out_of_memory_device = Device::kGpu;
+  t.out_of_memory_message = "no room";
+  p = ApplyPlacementRules(Stage::kUnderstand, t, s, gpu);
+  EXPECT_EQ(p.device, Device::kCpu);
+  EXPECT_EQ(p.reason, "p; rule out-of-memory: gpu out of memory (no room), re-placed on the cpu");
+  Placement kept = gpu;
+  kept.override_rules = true;
+  EXPECT_EQ(ApplyPlacementRules(Stage::kUnderstand, t, s, kept).device, Device::kGpu) << "overridden";
+  // What cannot run is moved even when overridden.
+  const SystemSnapshot no_gpu = System(false);
+  p = ApplyPlacementRules(Stage::kGenerate, Task(1, 1), no_gpu, kept);
+  EXPECT_EQ(p.device, Device::kCpu);
+  EXPECT_EQ(p.reason, "p; rule device-unavailable: gpu unavailable, cpu used");
+  Placement other = gpu;
+  other.device = Device::Gpu(3);
+  EXPECT_THAT(ApplyPlacementRules(Stage::kGenerate, Task(1, 1), s, other).reason,
+              HasSubstr("gpu:3 is not one of the engine's devices, cpu used"));
+  EXPECT_THAT(ApplyPlacementRules(Stage::kEmbed, Task(1, 1), s, gpu).reason,
+              HasSubstr("rule device-unavailable: gpu cannot compute embeddings, cpu used"));
+  Placement swap;
+  swap.device = Device::kGpu;
+  swap.kv_policy = KvPolicy::kSwapToHost;
+  EXPECT_EQ(ApplyPlacementRules(Stage::kToolCall, Task(1, 1), no_gpu, swap).kv_policy, KvPolicy::kKeep)
+      << "KV on the cpu is already in host memory";
 }
 
 TEST(SchedulerTest, CostPicksTheFewestJoulesWithinTheLatencyTarget) {

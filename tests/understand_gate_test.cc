@@ -164,6 +164,40 @@ TEST_F(UnderstandGateTest, SmallRoutesAnswerBrieflyOnTheCpu) {
   EXPECT_EQ(gpu_->calls.load(), 0);
 }
 
+TEST_F(UnderstandGateTest, APolicyCanOverrideTheSmallAnswerRule) {
+  // A policy that weighs the route itself: brief answers on the GPU too.
+  internal::SetTestHooksForTesting(testing::StandInGpuHooks(&gpu_));
+  EngineOptions o;
+  o.threads = 1;
+  o.measure_energy = false;
+  o.custom_scheduler = std::make_shared<testing::FunctionScheduler>(
+      "brief-on-gpu", [](Stage stage, const TaskState& task, const SystemSnapshot&) {
+        Placement p;
+        if (stage == Stage::kUnderstand || stage == Stage::kGenerate) {
+          p.device = Device::kGpu;
+          p.reason = task.small_answer ? "brief-on-gpu: a small answer, still on the gpu" : "brief-on-gpu";
+          p.override_rules = true;
+        }
+        return p;
+      });
+  auto engine = Engine::Create(kDefaultModelPath, o);
+  internal::SetTestHooksForTesting({});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  RunOptions options = Options();
+  options.small_answer_tokens = 5;
+  options.ignore_end_of_generation = true;
+  auto session = (*engine)->NewSession();
+  auto result = (*session)->Run("Hello there, how are you doing today?", options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->report.route, "chat");
+  EXPECT_EQ(result->report.generated_tokens, 5);
+  for (const StageReport& s : result->report.stages) {
+    EXPECT_EQ(s.device, Device::kGpu);
+    EXPECT_EQ(s.reason, "brief-on-gpu: a small answer, still on the gpu");
+  }
+  EXPECT_GT(gpu_->calls.load(), 0);
+}
+
 std::shared_ptr<ToolRegistry> AddTool(std::string result) {
   auto tools = std::make_shared<ToolRegistry>();
   Tool add;

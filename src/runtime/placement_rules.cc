@@ -63,7 +63,8 @@ void MoveToCpu(Stage stage, const TaskState& task, Placement& p, std::string_vie
 }  // namespace
 
 Placement ApplyPlacementRules(Stage stage, const TaskState& task, const SystemSnapshot& system, Placement p) {
-  const bool encode_or_decode = stage == Stage::kUnderstand || stage == Stage::kGenerate;
+  // A policy that overrides the rules keeps its choice, unless the device cannot run it.
+  const bool encode_or_decode = !p.override_rules && (stage == Stage::kUnderstand || stage == Stage::kGenerate);
   if (p.device != Device::kCpu && encode_or_decode && task.out_of_memory_device.has_value()) {
     MoveToCpu(stage, task, p, "out-of-memory",
               absl::StrCat(DeviceName(*task.out_of_memory_device), " out of memory (", task.out_of_memory_message,

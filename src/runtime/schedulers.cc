@@ -49,8 +49,8 @@ KvPolicy HostFriendlyKvPolicy(const TaskState& t) {
 }
 
 // The GPU for a task: the one holding its KV when that one is available (nothing to move),
-// else the available GPU with the fewest tasks, else the first GPU (which the
-// device-unavailable rule then replaces by the CPU).
+// else the available GPU with the fewest tasks (then the most free KV, then the lowest
+// ordinal), else the first GPU (which the device-unavailable rule replaces by the CPU).
 Device ChooseGpu(const TaskState& task, const SystemSnapshot& system) {
   if (task.kv_device.is_gpu() && task.kv_tokens > 0) {
     const DeviceSnapshot* held = system.Find(task.kv_device);
@@ -59,7 +59,9 @@ Device ChooseGpu(const TaskState& task, const SystemSnapshot& system) {
   const DeviceSnapshot* best = nullptr;
   for (const DeviceSnapshot& d : system.devices) {
     if (!d.device.is_gpu() || !d.available) continue;
-    if (best == nullptr || d.queued_tasks + d.active_tasks < best->queued_tasks + best->active_tasks) best = &d;
+    const int load = d.queued_tasks + d.active_tasks;
+    const int best_load = best == nullptr ? 0 : best->queued_tasks + best->active_tasks;
+    if (best == nullptr || load < best_load || (load == best_load && d.kv_free_tokens > best->kv_free_tokens)) best = &d;
   }
   return best != nullptr ? best->device : Device::kGpu;
 }

@@ -6,8 +6,11 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "src/cpu/cpu_backend.h"
+#include "hetero/scheduler.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/test_hooks.h"
 
@@ -42,6 +45,11 @@ class ForwardingBackend : public Backend {
   absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override {
     return inner_->Step(chunks, logits);
   }
+  // can_embed() stays false, as on a real GPU; a test that wants an embedding GPU says so.
+  absl::StatusOr<std::vector<std::vector<float>>> Embed(absl::Span<const std::vector<int32_t>> inputs,
+                                                        EmbeddingPooling pooling, int layers) override {
+    return inner_->Embed(inputs, pooling, layers);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -67,6 +75,48 @@ internal::TestHooks StandInGpuHooks(Wrapper** created) {
   };
   return hooks;
 }
+
+// Hooks giving the engine `count` stand-in GPUs, gpu, gpu:1, ...; (*created)[i] points at
+// GPU i once the engine made it, or stays null for an ordinal in `unavailable` (its
+// creation fails, so the engine reports that GPU unavailable with this reason).
+template <typename Wrapper>
+internal::TestHooks StandInGpusHooks(std::vector<Wrapper*>* created, int count, std::vector<int> unavailable = {}) {
+  created->assign(static_cast<size_t>(count), nullptr);
+  internal::TestHooks hooks;
+  hooks.stand_in_gpus = count;
+  hooks.gpu_backend = [created, unavailable](const Model& model, int block_tokens, int capacity, int max_sequences,
+                                             int ordinal) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    for (int u : unavailable) {
+      if (u == ordinal) return absl::UnavailableError("stand-in GPU switched off by the test");
+    }
+    CpuBackendOptions o;
+    o.threads = 1;
+    o.kv_block_tokens = block_tokens;
+    o.kv_capacity_tokens = capacity;
+    o.max_sequences = max_sequences;
+    absl::StatusOr<std::unique_ptr<CpuBackend>> cpu = CpuBackend::Create(model, o);
+    if (!cpu.ok()) return cpu.status();
+    auto gpu = std::make_unique<Wrapper>(std::move(*cpu));
+    (*created)[static_cast<size_t>(ordinal)] = gpu.get();
+    return std::unique_ptr<Backend>(std::move(gpu));
+  };
+  return hooks;
+}
+
+// A policy written as a function, for tests that need one decision each.
+class FunctionScheduler : public Scheduler {
+ public:
+  using PlaceFunction = std::function<Placement(Stage, const TaskState&, const SystemSnapshot&)>;
+  FunctionScheduler(std::string name, PlaceFunction place) : name_(std::move(name)), place_(std::move(place)) {}
+  std::string name() const override { return name_; }
+  Placement Place(Stage stage, const TaskState& task, const SystemSnapshot& system) override {
+    return place_(stage, task, system);
+  }
+
+ private:
+  std::string name_;
+  PlaceFunction place_;
+};
 
 }  // namespace hetero::testing
 
