@@ -86,8 +86,19 @@ HETERO_C_API void hetero_log_to_stderr(hetero_log_level level, const char* messa
 
 /* ---- Scheduling (the C mirror of include/hetero/scheduler.h) ------------------------- */
 
-typedef enum hetero_stage { HETERO_STAGE_UNDERSTAND = 0, HETERO_STAGE_GENERATE = 1, HETERO_STAGE_TOOL_CALL = 2 } hetero_stage;
+/* HETERO_STAGE_EMBED: hetero_engine_embed's forward passes. A policy that does not know it
+ * leaves the placement as it comes (the CPU). */
+typedef enum hetero_stage {
+  HETERO_STAGE_UNDERSTAND = 0,
+  HETERO_STAGE_GENERATE = 1,
+  HETERO_STAGE_TOOL_CALL = 2,
+  HETERO_STAGE_EMBED = 3
+} hetero_stage;
+/* A device of the engine: the CPU, or a GPU by ordinal: HETERO_DEVICE_GPU is the first GPU,
+ * HETERO_DEVICE_GPU_N(n) the n-th (from 0). hetero_engine_device_count and
+ * hetero_engine_device list the engine's devices. */
 typedef enum hetero_device { HETERO_DEVICE_CPU = 0, HETERO_DEVICE_GPU = 1 } hetero_device;
+#define HETERO_DEVICE_GPU_N(n) ((hetero_device)(HETERO_DEVICE_GPU + (n)))
 /* While a task waits on a tool: keep its KV cache, park it in host memory, or drop it. */
 typedef enum hetero_kv_policy { HETERO_KV_KEEP = 0, HETERO_KV_SWAP_TO_HOST = 1, HETERO_KV_DISCARD = 2 } hetero_kv_policy;
 
@@ -102,6 +113,10 @@ typedef struct hetero_task_state {
   hetero_device kv_device;
   double expected_tool_seconds;    /* ToolCall: the caller's estimate */
   double latency_target_seconds;   /* 0: none */
+  /* Appended later (compatible; read them only when struct_size covers them): */
+  int32_t small_answer;            /* nonzero: the router asked for a brief answer (rule small-answer) */
+  int32_t out_of_memory;           /* nonzero: this round is placed again because ... */
+  hetero_device out_of_memory_device; /* ... this device ran out of memory for it (rule out-of-memory) */
 } hetero_task_state;
 
 typedef struct hetero_device_state {
@@ -124,12 +139,17 @@ typedef struct hetero_placement {
   hetero_device device;
   hetero_kv_policy kv_policy;      /* read for HETERO_STAGE_TOOL_CALL */
   char reason[128];                /* one line for the report; NUL-terminated */
+  /* Appended later (compatible): nonzero keeps this choice against the placement rules
+   * (small-answer, out-of-memory); 0 (as it comes) lets them apply. */
+  int32_t override_rules;
 } hetero_placement;
 
 /* A scheduling policy: called before every stage of every task, from several threads at
- * once (it must be thread-safe), with the task and every device (CPU first). It writes its
- * choice into `placement`, which comes filled with the CPU and HETERO_KV_KEEP. A GPU
- * choice on a machine without one runs on the CPU, and the report says so. */
+ * once (it must be thread-safe), with the task and every device (CPU first, then each GPU).
+ * It writes its choice into `placement`, which comes filled with the CPU and
+ * HETERO_KV_KEEP. The engine then applies its placement rules (docs/RUNTIME.md), each named
+ * in the report's reason: a device that is unavailable or unknown runs the stage on the CPU
+ * ("rule device-unavailable"), whatever override_rules says. */
 typedef void (*hetero_scheduler_callback)(hetero_stage stage, const hetero_task_state* task,
                                           const hetero_device_state* devices, size_t device_count,
                                           hetero_placement* placement, void* user_data);
@@ -165,12 +185,29 @@ HETERO_C_API hetero_status hetero_engine_create(const hetero_engine_options* opt
  * they are destroyed too. Do not call it while another thread uses the handle. */
 HETERO_C_API void hetero_engine_destroy(hetero_engine* engine);
 
+/* ---- Devices ---------------------------------------------------------------------- */
+
+/* How many devices the engine has: the CPU, then each GPU it knows of, available or not
+ * (a machine without a GPU lists one, unavailable, with the reason). 0 for NULL.
+ * Thread-safe. */
+HETERO_C_API size_t hetero_engine_device_count(const hetero_engine* engine);
+/* Device `index` (0 is the CPU) as the scheduler sees it now. `state->struct_size` must be
+ * set (sizeof(hetero_device_state)); `state->device` says which device it is. Its name
+ * ("cpu", "gpu", "gpu:1", ...) goes into `name` and its description (the backend, or why it
+ * is unavailable) into `description`, each NUL-terminated and cut to its capacity; either
+ * may be NULL with capacity 0. INVALID_ARGUMENT for a NULL engine or state, a struct_size
+ * too small, or an index past the last device. Thread-safe. */
+HETERO_C_API hetero_status hetero_engine_device(const hetero_engine* engine, size_t index, hetero_device_state* state,
+                                                char* name, size_t name_capacity, char* description,
+                                                size_t description_capacity);
+
 /* ---- Embeddings (docs/UNDERSTAND.md) --------------------------------------------- */
 
 /* Floats per embedding (the model's hidden size); 0 for NULL. */
 HETERO_C_API int32_t hetero_engine_embedding_dimension(const hetero_engine* engine);
 /* Unit-length embeddings of `count` NUL-terminated UTF-8 texts from the model's hidden
- * states, computed on the CPU in batches beside running sessions: the mean over each
+ * states, computed where the scheduler places HETERO_STAGE_EMBED (the built-in policies: the
+ * CPU) in batches, between the steps of running sessions: the mean over each
  * text's tokens (the last token when last_token != 0) of the final norm's output after the
  * first `layers` layers (0: all). Cosine similarity is then the dot product. Writes
  * count x hetero_engine_embedding_dimension floats into `out`, text by text.

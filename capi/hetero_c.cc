@@ -20,7 +20,6 @@
 #include "hetero/tools.h"
 #include "hetero/version.h"
 #include "nlohmann/json.hpp"
-#include "src/runtime/tools/tool_runner.h"
 
 struct hetero_engine {
   std::unique_ptr<hetero::Engine> engine;
@@ -188,6 +187,39 @@ nlohmann::json ReportJson(const hetero::TaskReport& r) {
           {"energy_sources", r.energy_sources}};
 }
 
+hetero_device ToC(hetero::Device d) {
+  return d.is_gpu() ? HETERO_DEVICE_GPU_N(d.ordinal) : HETERO_DEVICE_CPU;
+}
+
+// A device number from C: the CPU, or GPU n - 1. A negative number is no device; the CPU
+// runs the stage and the reason says so.
+hetero::Device FromC(int32_t raw) { return raw >= 1 ? hetero::Device::Gpu(raw - 1) : hetero::Device::kCpu; }
+
+hetero_device_state DeviceState(const hetero::DeviceSnapshot& d) {
+  hetero_device_state c{};
+  c.struct_size = sizeof c;
+  c.device = ToC(d.device);
+  c.available = d.available ? 1 : 0;
+  c.queued_tasks = d.queued_tasks;
+  c.active_tasks = d.active_tasks;
+  c.kv_capacity_tokens = d.kv_capacity_tokens;
+  c.kv_free_tokens = d.kv_free_tokens;
+  c.kv_bytes_per_token = d.kv_bytes_per_token;
+  c.prefill_tokens_per_s = d.costs.prefill_tokens_per_s;
+  c.decode_tokens_per_s = d.costs.decode_tokens_per_s;
+  c.active_watts = d.costs.active_watts;
+  c.idle_watts = d.costs.idle_watts;
+  return c;
+}
+
+// `text` into a C buffer of `capacity` bytes, NUL-terminated, cut to fit.
+void CopyCut(const std::string& text, char* out, size_t capacity) {
+  if (out == nullptr || capacity == 0) return;
+  const size_t n = std::min(text.size(), capacity - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+
 // A C scheduling callback as a hetero::Scheduler.
 class CallbackScheduler : public hetero::Scheduler {
  public:
@@ -205,41 +237,33 @@ class CallbackScheduler : public hetero::Scheduler {
     t.max_new_tokens = task.max_new_tokens;
     t.generated_tokens = task.generated_tokens;
     t.kv_tokens = task.kv_tokens;
-    t.kv_device = task.kv_device == hetero::Device::kGpu ? HETERO_DEVICE_GPU : HETERO_DEVICE_CPU;
+    t.kv_device = ToC(task.kv_device);
     t.expected_tool_seconds = task.expected_tool_seconds;
     t.latency_target_seconds = task.latency_target_seconds;
+    t.small_answer = task.small_answer ? 1 : 0;
+    t.out_of_memory = task.out_of_memory_device.has_value() ? 1 : 0;
+    t.out_of_memory_device = ToC(task.out_of_memory_device.value_or(hetero::Device::kCpu));
     std::vector<hetero_device_state> devices;
-    for (const hetero::DeviceSnapshot& d : system.devices) {
-      hetero_device_state c{};
-      c.struct_size = sizeof c;
-      c.device = d.device == hetero::Device::kGpu ? HETERO_DEVICE_GPU : HETERO_DEVICE_CPU;
-      c.available = d.available ? 1 : 0;
-      c.queued_tasks = d.queued_tasks;
-      c.active_tasks = d.active_tasks;
-      c.kv_capacity_tokens = d.kv_capacity_tokens;
-      c.kv_free_tokens = d.kv_free_tokens;
-      c.kv_bytes_per_token = d.kv_bytes_per_token;
-      c.prefill_tokens_per_s = d.costs.prefill_tokens_per_s;
-      c.decode_tokens_per_s = d.costs.decode_tokens_per_s;
-      c.active_watts = d.costs.active_watts;
-      c.idle_watts = d.costs.idle_watts;
-      devices.push_back(c);
-    }
+    for (const hetero::DeviceSnapshot& d : system.devices) devices.push_back(DeviceState(d));
     hetero_placement p{};
     p.struct_size = sizeof p;
     p.device = HETERO_DEVICE_CPU;
     p.kv_policy = HETERO_KV_KEEP;
     const hetero_stage c_stage = stage == hetero::Stage::kUnderstand ? HETERO_STAGE_UNDERSTAND
                                  : stage == hetero::Stage::kGenerate ? HETERO_STAGE_GENERATE
+                                 : stage == hetero::Stage::kEmbed    ? HETERO_STAGE_EMBED
                                                                      : HETERO_STAGE_TOOL_CALL;
     callback_(c_stage, &t, devices.data(), devices.size(), &p, user_data_);
     hetero::Placement out;
-    out.device = RawEnum(p.device) == HETERO_DEVICE_GPU ? hetero::Device::kGpu : hetero::Device::kCpu;
+    const int32_t raw_device = RawEnum(p.device);
+    out.device = FromC(raw_device);
+    out.override_rules = p.override_rules != 0;
     out.kv_policy = RawEnum(p.kv_policy) == HETERO_KV_SWAP_TO_HOST ? hetero::KvPolicy::kSwapToHost
                     : RawEnum(p.kv_policy) == HETERO_KV_DISCARD    ? hetero::KvPolicy::kDiscard
                                                           : hetero::KvPolicy::kKeep;
     out.reason = std::string(p.reason, strnlen(p.reason, sizeof p.reason));  // NUL or not
     if (out.reason.empty()) out.reason = name_;
+    if (raw_device < 0) out.reason += "; the policy returned device " + std::to_string(raw_device) + ", not a device";
     return out;
   }
 
@@ -416,28 +440,50 @@ hetero_status hetero_tools_invoke(const hetero_tools* tools, const char* name, c
     if (tools == nullptr) return NullArgument("hetero_tools_invoke", "tools");
     if (name == nullptr) return NullArgument("hetero_tools_invoke", "name");
     if (arguments_json == nullptr) return NullArgument("hetero_tools_invoke", "arguments_json");
-    hetero::ParsedToolCall call;
-    call.name = name;
-    call.raw = arguments_json;
-    // As the parser would hand it over: compact JSON, or the reason it is not an object.
-    const nlohmann::json parsed = nlohmann::json::parse(arguments_json, nullptr, false);
-    if (parsed.is_discarded()) {
-      call.error = "arguments are not valid JSON";
-    } else if (!parsed.is_object()) {
-      call.error = "arguments are not a JSON object";
-    } else {
-      call.arguments_json = parsed.dump();
-    }
     hetero::RunOptions defaults;
-    std::vector<hetero::internal::ToolRunResult> runs =
-        hetero::internal::RunToolCalls(*tools->registry, {call}, 0, defaults.max_tool_result_bytes, nullptr);
+    hetero::ToolInvocation run = hetero::InvokeTool(*tools->registry, name, arguments_json, defaults.max_tool_result_bytes);
     auto out = std::make_unique<hetero_result>();
-    out->text = runs[0].content;
+    out->text = std::move(run.content);
     hetero::TaskReport report;
-    report.tool_calls.push_back(runs[0].report);
+    report.tool_calls.push_back(std::move(run.report));
     out->report_json = ReportJson(report).dump();
     out->tool_calls = 1;
     *out_result = out.release();
+    return HETERO_OK;
+  });
+}
+
+size_t hetero_engine_device_count(const hetero_engine* engine) {
+  if (engine == nullptr) return 0;
+  try {
+    return engine->engine->snapshot().devices.size();
+  } catch (...) {
+    return 0;
+  }
+}
+
+hetero_status hetero_engine_device(const hetero_engine* engine, size_t index, hetero_device_state* state, char* name,
+                                   size_t name_capacity, char* description, size_t description_capacity) {
+  return Guard("hetero_engine_device", [&]() -> hetero_status {
+    if (engine == nullptr) return NullArgument("hetero_engine_device", "engine");
+    if (state == nullptr) return NullArgument("hetero_engine_device", "state");
+    if (state->struct_size < sizeof(hetero_device_state)) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_device: state->struct_size is " +
+                                               std::to_string(state->struct_size) + ", expected sizeof(hetero_device_state) = " +
+                                               std::to_string(sizeof(hetero_device_state)));
+    }
+    if ((name == nullptr && name_capacity > 0) || (description == nullptr && description_capacity > 0)) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_device: a NULL buffer with a capacity above 0");
+    }
+    const hetero::SystemSnapshot snapshot = engine->engine->snapshot();
+    if (index >= snapshot.devices.size()) {
+      return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_device: index " + std::to_string(index) + " is past the last of " +
+                                               std::to_string(snapshot.devices.size()) + " devices");
+    }
+    const hetero::DeviceSnapshot& d = snapshot.devices[index];
+    *state = DeviceState(d);
+    CopyCut(hetero::DeviceName(d.device), name, name_capacity);
+    CopyCut(d.available ? d.name : "unavailable: " + d.unavailable_reason, description, description_capacity);
     return HETERO_OK;
   });
 }

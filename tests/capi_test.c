@@ -638,6 +638,71 @@ static void count_log(hetero_log_level level, const char* message, size_t length
   if (message != NULL && length > 0) __atomic_add_fetch(&log_messages, 1, __ATOMIC_RELAXED);
 }
 
+/* A policy that asks for a GPU the engine does not have, keeping its choice against the rules. */
+static void far_gpu_policy(hetero_stage stage, const hetero_task_state* task, const hetero_device_state* devices,
+                           size_t device_count, hetero_placement* placement, void* user_data) {
+  (void)task, (void)devices, (void)device_count, (void)user_data;
+  if (stage == HETERO_STAGE_TOOL_CALL) return;
+  placement->device = HETERO_DEVICE_GPU_N(5);
+  placement->override_rules = 1;
+  snprintf(placement->reason, sizeof placement->reason, "far-gpu");
+}
+
+static void test_devices(const char* model) {
+  hetero_engine* engine = open_engine(model, 0);
+  if (engine == NULL) return;
+  const size_t count = hetero_engine_device_count(engine);
+  CHECK(count >= 2); /* the CPU, and the GPU (unavailable without one) */
+  CHECK(hetero_engine_device_count(NULL) == 0);
+  hetero_device_state state;
+  memset(&state, 0, sizeof state);
+  state.struct_size = sizeof state;
+  char name[16], description[256];
+  EXPECT(hetero_engine_device(engine, 0, &state, name, sizeof name, description, sizeof description), HETERO_OK, NULL);
+  CHECK(strcmp(name, "cpu") == 0);
+  CHECK(state.device == HETERO_DEVICE_CPU && state.available);
+  CHECK(strncmp(description, "cpu", 3) == 0);
+  EXPECT(hetero_engine_device(engine, 1, &state, name, sizeof name, NULL, 0), HETERO_OK, NULL);
+  CHECK(strcmp(name, "gpu") == 0);
+  CHECK(state.device == HETERO_DEVICE_GPU);
+  char tiny[2];
+  EXPECT(hetero_engine_device(engine, 0, &state, tiny, sizeof tiny, NULL, 0), HETERO_OK, NULL);
+  CHECK(strcmp(tiny, "c") == 0); /* cut to fit, NUL-terminated */
+  EXPECT(hetero_engine_device(engine, count, &state, NULL, 0, NULL, 0), HETERO_INVALID_ARGUMENT, "past the last");
+  EXPECT(hetero_engine_device(engine, 0, NULL, NULL, 0, NULL, 0), HETERO_INVALID_ARGUMENT, "state");
+  EXPECT(hetero_engine_device(engine, 0, &state, NULL, 4, NULL, 0), HETERO_INVALID_ARGUMENT, "NULL buffer");
+  state.struct_size = 0;
+  EXPECT(hetero_engine_device(engine, 0, &state, NULL, 0, NULL, 0), HETERO_INVALID_ARGUMENT, "struct_size");
+  EXPECT(hetero_engine_device(NULL, 0, &state, NULL, 0, NULL, 0), HETERO_INVALID_ARGUMENT, "engine");
+  hetero_engine_destroy(engine);
+
+  /* A device the engine lacks runs on the CPU, override or not, and the reason says so. */
+  hetero_engine_options eo;
+  hetero_engine_options_default(&eo);
+  eo.model_path = model;
+  eo.threads = 2;
+  eo.scheduler_callback = far_gpu_policy;
+  eo.scheduler_name = "far-gpu";
+  engine = NULL;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_OK, NULL);
+  if (engine == NULL) return;
+  hetero_session* session = NULL;
+  EXPECT(hetero_session_create(engine, NULL, &session), HETERO_OK, NULL);
+  hetero_run_options ro;
+  hetero_run_options_default(&ro);
+  ro.max_tokens = 4;
+  hetero_result* result = NULL;
+  EXPECT(hetero_session_run(session, "Say hello.", &ro, &result), HETERO_OK, NULL);
+  if (result != NULL) {
+    const char* report = hetero_result_report_json(result);
+    CHECK(strstr(report, "far-gpu; rule device-unavailable: gpu:5 is not one of the engine's devices, cpu used") != NULL);
+    CHECK(strstr(report, "\"device\":\"cpu\"") != NULL);
+    hetero_result_destroy(result);
+  }
+  hetero_session_destroy(session);
+  hetero_engine_destroy(engine);
+}
+
 int main(int argc, char** argv) {
   hetero_set_log_callback(count_log, NULL, HETERO_LOG_DEBUG);
   test_arguments_and_tools();
@@ -650,6 +715,7 @@ int main(int argc, char** argv) {
   fclose(f);
   test_runs(model);
   test_tokens_and_sampling(model);
+  test_devices(model);
   CHECK(log_messages > 0); /* at least the device notice */
   hetero_set_log_callback(NULL, NULL, HETERO_LOG_DEBUG);
   if (failures) {

@@ -152,6 +152,16 @@ struct TaskReport {
   std::string energy_sources;
 };
 
+// One tool call run outside a task, exactly as the ToolCall stage would run it (schema check,
+// timeout, truncation to `max_result_bytes` with the note): what the model would read, and
+// the report entry.
+struct ToolInvocation {
+  std::string content;
+  ToolCallReport report;
+};
+HETERO_EXPORT ToolInvocation InvokeTool(const ToolRegistry& registry, const std::string& name,
+                                        const std::string& arguments_json, size_t max_result_bytes = 16384);
+
 struct RunResult {
   std::string text;  // the final assistant reply
   TaskReport report;

@@ -262,9 +262,30 @@ class Engine:
             raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")
         return Session(self, system_prompt)
 
+    def devices(self):
+        """The engine's devices as the scheduler sees them now, the CPU first, then each GPU
+        (available or not): a list of dicts with name ("cpu", "gpu", "gpu:1", ...),
+        description (the backend, or why it is unavailable), available, queued_tasks,
+        active_tasks, kv_capacity_tokens, kv_free_tokens."""
+        self._check_open()
+        out = []
+        for i in range(_c.hetero_engine_device_count(self._handle)):
+            state = _lib.DeviceState()
+            state.struct_size = ctypes.sizeof(state)
+            name = ctypes.create_string_buffer(32)
+            description = ctypes.create_string_buffer(512)
+            _check(_c.hetero_engine_device(self._handle, i, ctypes.byref(state), name, len(name), description,
+                                           len(description)))
+            out.append({"name": name.value.decode(), "description": description.value.decode(errors="replace"),
+                        "available": bool(state.available), "queued_tasks": state.queued_tasks,
+                        "active_tasks": state.active_tasks, "kv_capacity_tokens": state.kv_capacity_tokens,
+                        "kv_free_tokens": state.kv_free_tokens})
+        return out
+
     def embed(self, texts, last_token=False, layers=0):
         """Unit-length embeddings (lists of floats) of `texts`, from the model's hidden states
-        on the CPU: mean over each text's tokens (or its last token) after the first `layers`
+        (computed where the scheduler places the embed stage, the CPU with the built-in
+        policies): mean over each text's tokens (or its last token) after the first `layers`
         layers (0: all). Cosine similarity is the dot product."""
         if not self._handle:
             raise InvalidArgument("HETERO_INVALID_ARGUMENT", "the engine is closed")

@@ -78,6 +78,15 @@ class RunOptions(ctypes.Structure):
                 ("top_logprobs", ctypes.c_int32), ("on_token", TOKEN_CALLBACK), ("on_token_user_data", ctypes.c_void_p)]
 
 
+class DeviceState(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("device", ctypes.c_int), ("available", ctypes.c_int32),
+                ("queued_tasks", ctypes.c_int32), ("active_tasks", ctypes.c_int32),
+                ("kv_capacity_tokens", ctypes.c_int64), ("kv_free_tokens", ctypes.c_int64),
+                ("kv_bytes_per_token", ctypes.c_int64), ("prefill_tokens_per_s", ctypes.c_double),
+                ("decode_tokens_per_s", ctypes.c_double), ("active_watts", ctypes.c_double),
+                ("idle_watts", ctypes.c_double)]
+
+
 def _declare(lib):
     p = ctypes.c_void_p
     pp = ctypes.POINTER(ctypes.c_void_p)
@@ -91,6 +100,9 @@ def _declare(lib):
         "hetero_engine_create": (c_status, [ctypes.POINTER(EngineOptions), pp]),
         "hetero_engine_destroy": (None, [p]),
         "hetero_engine_embedding_dimension": (ctypes.c_int32, [p]),
+        "hetero_engine_device_count": (ctypes.c_size_t, [p]),
+        "hetero_engine_device": (c_status, [p, ctypes.c_size_t, ctypes.POINTER(DeviceState), ctypes.c_char_p,
+                                            ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]),
         "hetero_engine_embed": (c_status, [p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int32, ctypes.c_int32,
                                            ctypes.c_int32, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t]),
         "hetero_engine_tokenize": (c_status, [p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int32,

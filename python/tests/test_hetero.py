@@ -322,6 +322,16 @@ def test_run_and_stream(engine):
 
 
 @needs_model
+def test_devices(engine):
+    devices = engine.devices()
+    assert devices[0]["name"] == "cpu" and devices[0]["available"]
+    assert devices[0]["description"].startswith("cpu")
+    assert devices[0]["kv_capacity_tokens"] > 0
+    assert devices[1]["name"] == "gpu"  # unavailable without one, with the reason
+    if not devices[1]["available"]:
+        assert devices[1]["description"].startswith("unavailable: ")
+
+
 def test_embed(engine):
     a, b, c = engine.embed(["What is 12 times 7?", "What is 12 times 7?", "Book me a flight to Paris."])
     assert len(a) == 576

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/runtime/tokenizer/utf8.h"
@@ -149,3 +151,25 @@ std::vector<ToolRunResult> RunToolCalls(const ToolRegistry& registry, const std:
 }
 
 }  // namespace hetero::internal
+
+namespace hetero {
+
+ToolInvocation InvokeTool(const ToolRegistry& registry, const std::string& name, const std::string& arguments_json,
+                          size_t max_result_bytes) {
+  ParsedToolCall call;
+  call.name = name;
+  call.raw = arguments_json;
+  // As the parser would hand it over: compact JSON, or the reason it is not an object.
+  const nlohmann::json parsed = nlohmann::json::parse(arguments_json, nullptr, false);
+  if (parsed.is_discarded()) {
+    call.error = "arguments are not valid JSON";
+  } else if (!parsed.is_object()) {
+    call.error = "arguments are not a JSON object";
+  } else {
+    call.arguments_json = parsed.dump();
+  }
+  std::vector<internal::ToolRunResult> runs = internal::RunToolCalls(registry, {call}, 0, max_result_bytes, nullptr);
+  return ToolInvocation{std::move(runs[0].content), std::move(runs[0].report)};
+}
+
+}  // namespace hetero
