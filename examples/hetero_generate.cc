@@ -1,8 +1,10 @@
-// hetero-generate: text generation on the CPU backend, streamed to stdout.
+// hetero-generate: a raw completion (Engine::Complete) streamed to stdout, on the CPU unless
+// --scheduler says otherwise.
 //
 //   hetero-generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--seed S] [--top-k K]
 //                   [--top-p P] [--min-p P] [--repeat-penalty R] [--stop STR]... [--chat]
-//                   [--system TEXT] [-t THREADS] [--precision auto|f32|bf16] [--json]
+//                   [--system TEXT] [-t THREADS] [--precision auto|f32|bf16]
+//                   [--scheduler NAME] [--json]
 //
 // --chat renders the prompt as a user message with the model's chat template; --json prints
 // {"tokens", "text", "prefill_tok_s", "decode_tok_s", "ttft_ms", ...} instead of streaming.
@@ -14,10 +16,8 @@
 
 #include "absl/strings/numbers.h"
 #include "hetero/chat.h"
-#include "hetero/model.h"
-#include "hetero/tokenizer.h"
-#include "src/cpu/cpu_backend.h"
-#include "src/runtime/generate.h"
+#include "hetero/engine.h"
+#include "hetero/log.h"
 
 namespace {
 
@@ -33,15 +33,15 @@ int Fail(const std::string& message) {
 constexpr char kUsage[] =
     "usage: hetero-generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--seed S] [--top-k K] [--top-p P]\n"
     "                       [--min-p P] [--repeat-penalty R] [--stop STR]... [--chat] [--system TEXT]\n"
-    "                       [-t THREADS] [--precision auto|f32|bf16] [--json]\n";
+    "                       [-t THREADS] [--precision auto|f32|bf16] [--scheduler NAME] [--json]\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_path, prompt, system, precision = "auto";
+  std::string model_path, prompt, system, precision = "auto", scheduler = "all-cpu";
   bool have_prompt = false, chat = false, json = false;
   int threads = 0;
-  hetero::GenerateOptions options;
+  hetero::CompletionOptions options;
   options.max_tokens = 128;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     } else if (a == "--repeat-penalty") {
       number(options.sampling.repetition_penalty);
     } else if (a == "--stop") {
-      options.stop_strings.push_back(value());
+      options.stop.push_back(value());
     } else if (a == "--chat") {
       chat = true;
     } else if (a == "--system") {
@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
       number(threads);
     } else if (a == "--precision") {
       precision = value();
+    } else if (a == "--scheduler") {
+      scheduler = value();
     } else if (a == "--json") {
       json = true;
     } else if (a == "-h" || a == "--help") {
@@ -98,73 +100,60 @@ int main(int argc, char** argv) {
     }
   }
   if (!have_prompt) return Fail("no prompt given (-p)");
-  hetero::CpuBackendOptions backend_options;
-  backend_options.threads = threads > 0 ? threads : hetero::DefaultCpuThreads();
-  if (precision == "f32") {
-    backend_options.precision = hetero::CpuPrecision::kF32;
-  } else if (precision == "bf16") {
-    backend_options.precision = hetero::CpuPrecision::kBf16;
-  } else if (precision != "auto") {
-    return Fail("unknown precision '" + precision + "'");
-  }
-
-  auto resolved = hetero::ResolveModelPath(model_path);
-  if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
-  auto model = hetero::Model::Load(*resolved);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
-  auto tokenizer = hetero::Tokenizer::Create(**model);
-  if (!tokenizer.ok()) return Fail(std::string(tokenizer.status().message()));
-
+  if (!system.empty() && !chat) return Fail("--system needs --chat");
+  hetero::SetLogCallback(nullptr, hetero::LogLevel::kError);  // notices would interleave with the text
+  hetero::EngineOptions engine_options;
+  engine_options.threads = threads;
+  engine_options.cpu_precision = precision;
+  engine_options.scheduler = scheduler;
+  engine_options.measure_energy = false;
+  engine_options.max_sessions = 1;
+  auto engine = hetero::Engine::Create(model_path, engine_options);
+  if (!engine.ok()) return Fail(std::string(engine.status().message()));
   std::string text = prompt;
-  bool add_bos = (*tokenizer)->add_bos_by_default();
   if (chat) {
-    auto chat_template = hetero::ChatTemplate::FromModel(**model);
-    if (!chat_template.ok()) return Fail(std::string(chat_template.status().message()));
     std::vector<hetero::ChatMessage> messages;
     if (!system.empty()) messages.push_back({.role = "system", .content = system});
     messages.push_back({.role = "user", .content = prompt});
-    auto rendered = chat_template->Render(messages, {}, /*add_generation_prompt=*/true);
+    auto rendered = (*engine)->chat_template().Render(messages, {}, /*add_generation_prompt=*/true);
     if (!rendered.ok()) return Fail(std::string(rendered.status().message()));
     text = *rendered;
-    add_bos = false;  // the template writes BOS where the model wants it
-  } else if (!system.empty()) {
-    return Fail("--system needs --chat");
+    options.add_bos = false;  // the template writes BOS where the model wants it
   }
-  auto ids = (*tokenizer)->Encode(text, add_bos, /*parse_special=*/true);
-  if (!ids.ok()) return Fail(std::string(ids.status().message()));
-  if (ids->empty()) return Fail("the prompt tokenizes to nothing");
-  backend_options.kv_capacity_tokens = static_cast<int>(ids->size()) + options.max_tokens + 16;
-  auto backend = hetero::CpuBackend::Create(**model, backend_options);
-  if (!backend.ok()) return Fail(std::string(backend.status().message()));
-
-  hetero::TextCallback stream = nullptr;
   if (!json) {
-    stream = [](std::string_view piece) {
+    options.on_text = [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
       return true;
     };
   }
-  auto result = hetero::Generate(**backend, **tokenizer, *ids, options, stream);
+  auto result = (*engine)->Complete(text, options);
   if (!result.ok()) return Fail(std::string(result.status().message()));
-  const double prefill_tok_s = result->prefill_seconds > 0 ? result->prompt_tokens / result->prefill_seconds : 0;
-  const double decode_tok_s = result->decode_seconds > 0 ? result->tokens.size() / result->decode_seconds : 0;
+  const hetero::StageReport& prefill = result->report.stages[0];
+  const hetero::StageReport& decode = result->report.stages[1];
+  const double prefill_seconds = (prefill.end_ms - prefill.start_ms) / 1e3;
+  const double decode_seconds = (decode.end_ms - decode.start_ms) / 1e3;
+  const int prompt_tokens = result->report.prompt_tokens;
+  const hetero::SystemSnapshot devices = (*engine)->snapshot();
+  const hetero::DeviceSnapshot* device = devices.Find(decode.device);
+  const double prefill_tok_s = prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0;
+  const double decode_tok_s = decode_seconds > 0 ? result->tokens.size() / decode_seconds : 0;
   if (json) {
     nlohmann::json out;
     out["tokens"] = result->tokens;
     out["text"] = result->text;
-    out["prompt_tokens"] = result->prompt_tokens;
-    out["stop_reason"] = result->stop_reason;
+    out["prompt_tokens"] = prompt_tokens;
+    out["stop_reason"] = result->report.stop_reason;
     out["prefill_tok_s"] = prefill_tok_s;
     out["decode_tok_s"] = decode_tok_s;
-    out["ttft_ms"] = result->time_to_first_token_ms;
-    out["backend"] = (*backend)->info().name;
+    out["ttft_ms"] = result->report.time_to_first_token_ms;
+    out["backend"] = device != nullptr ? device->name : hetero::DeviceName(decode.device);
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
     std::fprintf(stderr, "[%d prompt tokens, %.1f tok/s prefill; %zu tokens, %.1f tok/s decode; ttft %.1f ms; %s]\n",
-                 result->prompt_tokens, prefill_tok_s, result->tokens.size(), decode_tok_s,
-                 result->time_to_first_token_ms, result->stop_reason.c_str());
+                 prompt_tokens, prefill_tok_s, result->tokens.size(), decode_tok_s,
+                 result->report.time_to_first_token_ms, result->report.stop_reason.c_str());
   }
   return 0;
 }

@@ -1,14 +1,16 @@
-// The generation loop with a scripted backend (exact control over the tokens) and the real
-// CPU backend: stop conditions, stop strings never streamed, streaming never splitting a
-// character, cancellation, and seeded reproducibility.
+// The one decode loop (the device worker, src/runtime/device_worker.h) with a scripted backend
+// (exact control over the tokens), and Engine::Complete on it with the real model: stop
+// conditions, stop strings never streamed, streaming never splitting a character,
+// cancellation, and seeded reproducibility.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hetero/engine.h"
 #include "hetero/model.h"
 #include "hetero/tokenizer.h"
-#include "src/cpu/cpu_backend.h"
-#include "src/runtime/generate.h"
+#include "src/runtime/device_worker.h"
 #include "src/runtime/tokenizer/utf8.h"
 #include "tests/support/default_model.h"
+#include "src/runtime/sampler.h"
 #include "tests/support/status_matchers.h"
 
 namespace hetero {
@@ -74,6 +76,29 @@ class GenerateTest : public ::testing::Test {
     tokenizer_ = std::move(*t);
   }
   std::vector<int32_t> Ids(const std::string& text) { return *tokenizer_->Encode(text, false, false); }
+
+  struct Options {
+    int max_tokens = 128;
+    SamplingParams sampling;
+    std::vector<std::string> stop;
+  };
+  // `prompt` continued on `backend` by a worker, as the engine runs every job.
+  std::shared_ptr<GenerationJob> Generate(Backend& backend, const std::vector<int32_t>& prompt, const Options& options,
+                                          std::function<bool(std::string_view)> on_text = nullptr) {
+    DeviceWorker worker(backend, *tokenizer_, 8, 8, [](int) { return 0; });
+    auto job = std::make_shared<GenerationJob>();
+    job->seq = *backend.NewSequence();
+    job->prefill_tokens = prompt;
+    job->history = prompt;
+    job->sampler.emplace(*Sampler::Create(options.sampling));
+    job->max_tokens = options.max_tokens;
+    job->stop_strings = options.stop;
+    job->on_text = std::move(on_text);
+    EXPECT_TRUE(worker.Submit(job).ok());
+    worker.Wait(job);
+    backend.FreeSequence(job->seq);
+    return job;
+  }
   std::unique_ptr<Model> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
 };
@@ -83,30 +108,30 @@ TEST_F(GenerateTest, StopsAtEndOfGenerationAndMaxTokens) {
   script.push_back(2);  // <|im_end|>
   script.push_back(Ids("!")[0]);
   ScriptedBackend backend(tokenizer_->vocab_size(), script);
-  GenerateOptions options;
-  auto r = Generate(backend, *tokenizer_, Ids("Hi"), options);
-  ASSERT_TRUE(r.ok()) << r.status();
+  Options options;
+  auto r = Generate(backend, Ids("Hi"), options);
+  ASSERT_TRUE(r->status.ok()) << r->status;
   EXPECT_EQ(r->text, "Hello world");
   EXPECT_EQ(r->stop_reason, "end_of_generation");
-  EXPECT_EQ(r->tokens, Ids("Hello world"));
+  EXPECT_EQ(r->generated, Ids("Hello world"));
   EXPECT_EQ(backend.live(), 0) << "the sequence is freed";
   ScriptedBackend again(tokenizer_->vocab_size(), script);
   options.max_tokens = 1;
-  r = Generate(again, *tokenizer_, Ids("Hi"), options);
-  EXPECT_EQ(r->tokens.size(), 1u);
+  r = Generate(again, Ids("Hi"), options);
+  EXPECT_EQ(r->generated.size(), 1u);
   EXPECT_EQ(r->stop_reason, "max_tokens");
 }
 
 TEST_F(GenerateTest, StopStringsAreCutAndNeverStreamed) {
   ScriptedBackend backend(tokenizer_->vocab_size(), Ids("The answer is 42.\nUser: what else?"));
-  GenerateOptions options;
-  options.stop_strings = {"\nUser:"};
+  Options options;
+  options.stop = {"\nUser:"};
   std::string streamed;
-  auto r = Generate(backend, *tokenizer_, Ids("Q"), options, [&](std::string_view piece) {
+  auto r = Generate(backend, Ids("Q"), options, [&](std::string_view piece) {
     streamed += piece;
     return true;
   });
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->status.ok()) << r->status;
   EXPECT_EQ(r->text, "The answer is 42.");
   EXPECT_EQ(streamed, "The answer is 42.");
   EXPECT_EQ(r->stop_reason, "stop_string");
@@ -115,14 +140,14 @@ TEST_F(GenerateTest, StopStringsAreCutAndNeverStreamed) {
 TEST_F(GenerateTest, StreamedPiecesAreWholeCharactersAndCancellationWorks) {
   const std::string text = "Emoji 👨‍👩‍👧 and 中文 done";
   ScriptedBackend backend(tokenizer_->vocab_size(), Ids(text));
-  GenerateOptions options;
+  Options options;
   options.max_tokens = static_cast<int>(Ids(text).size());
   std::vector<std::string> pieces;
-  auto r = Generate(backend, *tokenizer_, Ids("x"), options, [&](std::string_view piece) {
+  auto r = Generate(backend, Ids("x"), options, [&](std::string_view piece) {
     pieces.emplace_back(piece);
     return true;
   });
-  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->status.ok()) << r->status;
   std::string joined;
   for (const std::string& p : pieces) {
     joined += p;
@@ -132,43 +157,62 @@ TEST_F(GenerateTest, StreamedPiecesAreWholeCharactersAndCancellationWorks) {
   EXPECT_LT(pieces.size(), Ids(text).size()) << "some tokens should end inside a character";
   ScriptedBackend cancel(tokenizer_->vocab_size(), Ids(text));
   int calls = 0;
-  r = Generate(cancel, *tokenizer_, Ids("x"), options, [&](std::string_view) { return ++calls < 2; });
-  ASSERT_TRUE(r.ok());
+  r = Generate(cancel, Ids("x"), options, [&](std::string_view) { return ++calls < 2; });
+  EXPECT_THAT(r->status, StatusIs(absl::StatusCode::kCancelled));
   EXPECT_EQ(r->stop_reason, "cancelled");
   EXPECT_EQ(calls, 2);
 }
 
-TEST_F(GenerateTest, RejectsBadOptions) {
-  ScriptedBackend backend(tokenizer_->vocab_size(), {});
-  GenerateOptions options;
-  EXPECT_THAT(Generate(backend, *tokenizer_, {}, options), StatusIs(absl::StatusCode::kInvalidArgument));
-  options.stop_strings = {""};
-  EXPECT_THAT(Generate(backend, *tokenizer_, Ids("x"), options), StatusIs(absl::StatusCode::kInvalidArgument));
-  options.stop_strings = {};
-  options.sampling.top_p = 2.0f;
-  EXPECT_THAT(Generate(backend, *tokenizer_, Ids("x"), options), StatusIs(absl::StatusCode::kInvalidArgument));
-}
+// Engine::Complete runs on the same loop: bad input is refused, seeded sampling reproduces
+// itself, greedy answers the capital question, stop strings hold.
+TEST_F(GenerateTest, CompleteOnTheRealModel) {
+  EngineOptions engine_options;
+  engine_options.threads = 1;
+  engine_options.scheduler = "all-cpu";
+  engine_options.measure_energy = false;
+  auto engine = Engine::Create(kDefaultModelPath, engine_options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  CompletionOptions bad;
+  EXPECT_THAT((*engine)->CompleteTokens({}, bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad.stop = {""};
+  EXPECT_THAT((*engine)->Complete("x", bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad.stop = {};
+  bad.sampling.top_p = 2.0f;
+  EXPECT_THAT((*engine)->Complete("x", bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  bad.sampling.top_p = 1.0f;
+  bad.max_tokens = 0;
+  EXPECT_THAT((*engine)->Complete("x", bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*engine)->CompleteTokens({1, -3}, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*engine)->CompleteTokens({tokenizer_->vocab_size()}, {}), StatusIs(absl::StatusCode::kInvalidArgument));
 
-// The real model: seeded sampling reproduces itself; greedy answers the capital question.
-TEST_F(GenerateTest, RealModelIsReproducibleAndSensible) {
-  CpuBackendOptions backend_options;
-  backend_options.threads = 1;
-  auto backend = CpuBackend::Create(*model_, backend_options);
-  ASSERT_TRUE(backend.ok());
-  const std::vector<int32_t> prompt = *tokenizer_->Encode(
-      "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n", false, true);
-  GenerateOptions greedy;
+  const std::string prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+  CompletionOptions greedy;
   greedy.max_tokens = 16;
-  auto answer = Generate(**backend, *tokenizer_, prompt, greedy);
-  ASSERT_TRUE(answer.ok());
+  greedy.add_bos = false;
+  auto answer = (*engine)->Complete(prompt, greedy);
+  ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_THAT(answer->text, ::testing::HasSubstr("Paris"));
-  GenerateOptions sampled;
+  ASSERT_EQ(answer->report.stages.size(), 2u);
+  EXPECT_EQ(answer->report.stages[1].device, Device::kCpu);
+  EXPECT_EQ(answer->report.stages[1].reason, "all-cpu");
+  EXPECT_EQ(answer->report.generated_tokens, static_cast<int>(answer->tokens.size()));
+  EXPECT_GT(answer->report.time_to_first_token_ms, 0);
+  EXPECT_EQ((*engine)->stats().kv_used_tokens, 0) << "the completion's sequence is freed";
+  CompletionOptions stopped = greedy;
+  stopped.stop = {"Paris"};
+  auto cut = (*engine)->Complete(prompt, stopped);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(cut->report.stop_reason, "stop_string");
+  EXPECT_THAT(cut->text, ::testing::Not(::testing::HasSubstr("Paris")));
+  EXPECT_EQ(answer->text.substr(0, cut->text.size()), cut->text);
+
+  CompletionOptions sampled = greedy;
   sampled.max_tokens = 24;
   sampled.sampling.temperature = 0.9f;
   sampled.sampling.top_p = 0.95f;
   sampled.sampling.seed = 7;
-  auto a = Generate(**backend, *tokenizer_, prompt, sampled);
-  auto b = Generate(**backend, *tokenizer_, prompt, sampled);
+  auto a = (*engine)->Complete(prompt, sampled);
+  auto b = (*engine)->Complete(prompt, sampled);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->tokens, b->tokens);
 }

@@ -245,6 +245,32 @@ struct EmbedResult {
   StageReport report;
 };
 
+// A raw completion (Engine::Complete): text that continues the prompt as given, with no chat
+// template, history or tools, on the device the scheduler places Generate on.
+struct CompletionOptions {
+  int max_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop;   // the text ends before the first of these (none empty)
+  bool ignore_end_of_generation = false;
+  bool add_bos = true;             // the model's BOS first, when its tokenizer asks for one
+  bool parse_special = true;       // "<|im_start|>" in the prompt is that control token
+  int logprobs = -1;               // as RunOptions::logprobs
+  std::chrono::milliseconds timeout{0};  // 0: none; else DeadlineExceeded after it
+  // Each piece of text as it becomes final (never half a character, never part of a stop
+  // string); return false to cancel (the completion ends Cancelled).
+  std::function<bool(std::string_view piece)> on_text;
+};
+
+struct CompletionResult {
+  std::string text;
+  std::vector<int32_t> tokens;        // generated, without the token that ended generation
+  std::vector<TokenLogprob> logprobs;  // one per token, when logprobs >= 0
+  // prompt_tokens, generated_tokens, stop_reason ("end_of_generation", "stop_string",
+  // "max_tokens"), time_to_first_token_ms, and two stages: understand (the prefill) and
+  // generate, with their device, reason and times.
+  TaskReport report;
+};
+
 class HETERO_EXPORT Session {
  public:
   ~Session();  // cancels a Run in progress and releases the session's KV cache
@@ -289,11 +315,20 @@ class HETERO_EXPORT Engine {
   // with BOS where the model asks for it. Cosine similarity is the dot product.
   absl::StatusOr<std::vector<std::vector<float>>> Embed(const std::vector<std::string>& texts,
                                                         const EmbedOptions& options = {});
+  // A raw completion of `prompt` (tokenized with CompletionOptions::add_bos and
+  // ::parse_special) or of token ids, through the same decode loop and device workers as
+  // Session::Run, batched with the sessions running. InvalidArgument for an empty prompt,
+  // bad sampling parameters, an empty stop string or max_tokens < 1.
+  absl::StatusOr<CompletionResult> Complete(const std::string& prompt, const CompletionOptions& options = {});
+  absl::StatusOr<CompletionResult> CompleteTokens(const std::vector<int32_t>& prompt,
+                                                  const CompletionOptions& options = {});
   // Floats per embedding (the model's hidden size).
   int embedding_dimension() const;
   // The loaded model's tokenizer, for token ids in and out (thread-safe; lives as long as
   // the engine).
   const Tokenizer& tokenizer() const;
+  // The chat template sessions render conversations with (thread-safe; as long as the engine).
+  const ChatTemplate& chat_template() const;
   // The same for token ids.
   // Embed and EmbedTokens with the stage's report. Stage::kEmbed is placed by the scheduler
   // like every stage (the built-in policies choose the CPU, the one backend that embeds).
