@@ -39,11 +39,8 @@
 #include "hetero/devices.h"
 #include "hetero/engine.h"
 #include "absl/strings/str_split.h"
-#include "src/cpu/cpu_backend.h"
+#include "hetero/benchmark.h"
 #include "hetero/transfer.h"
-#include "src/gpu/cuda_backend.h"
-#include "src/gpu/cuda_module_abi.h"
-#include "src/gpu/cuda_module_loader.h"
 
 namespace {
 
@@ -67,78 +64,37 @@ double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_cloc
 
 // N sessions through one engine, each generating `gen` tokens (end-of-generation
 // ignored) after a short prompt; aggregate decode tokens/s against one session alone.
-// Host<->device copy bandwidth through the CUDA module: pinned and pageable host memory,
-// a plain cudaMemcpyAsync loop per size.
+// Host<->device copy bandwidth: pinned and pageable host memory, a plain copy loop per
+// size, then the transfer layer's KV swap of the model (hetero/benchmark.h).
 int RunTransfer(const std::string& model_path_for_transfer, bool json) {
-  const hetero::CudaInfo& cuda = hetero::QueryDevices().cuda;
-  if (!cuda.available) return Fail("--transfer needs a GPU: " + cuda.notice);
-  auto measure = reinterpret_cast<hetero_cuda_measure_bandwidth_fn>(
-      hetero::CudaModuleSymbol(HETERO_CUDA_MEASURE_BANDWIDTH_SYMBOL));
-  if (measure == nullptr) return Fail("the CUDA module lacks the bandwidth entry point");
+  auto measured = hetero::BenchmarkTransfers(model_path_for_transfer);
+  if (!measured.ok()) return Fail(std::string(measured.status().message()));
   nlohmann::json rows = nlohmann::json::array();
   if (!json) std::printf("%-10s %-9s %12s %12s\n", "bytes", "host", "h2d GB/s", "d2h GB/s");
-  for (uint64_t bytes : {uint64_t{1} << 20, uint64_t{16} << 20, uint64_t{256} << 20}) {
-    for (int pinned : {1, 0}) {
-      double h2d = 0, d2h = 0;
-      char message[512] = {};
-      const int reps = bytes >= (uint64_t{256} << 20) ? 5 : 20;
-      if (measure(0, bytes, reps, pinned, &h2d, &d2h, message, sizeof message) != HETERO_CUDA_OK) {
-        return Fail(std::string("bandwidth: ") + message);
-      }
-      rows.push_back({{"bytes", bytes}, {"pinned", pinned != 0}, {"h2d_gb_s", h2d}, {"d2h_gb_s", d2h}});
-      if (!json) {
-        std::printf("%-10llu %-9s %12.2f %12.2f\n", static_cast<unsigned long long>(bytes),
-                    pinned ? "pinned" : "pageable", h2d, d2h);
-      }
+  for (const hetero::TransferBandwidth& row : measured->plain_copies) {
+    rows.push_back({{"bytes", row.bytes}, {"pinned", row.pinned}, {"h2d_gb_s", row.host_to_device_gb_per_s},
+                    {"d2h_gb_s", row.device_to_host_gb_per_s}});
+    if (!json) {
+      std::printf("%-10llu %-9s %12.2f %12.2f\n", static_cast<unsigned long long>(row.bytes),
+                  row.pinned ? "pinned" : "pageable", row.host_to_device_gb_per_s, row.device_to_host_gb_per_s);
     }
   }
-  // The transfer layer's own path: a 4096-token KV cache of the model moved to the GPU
-  // (SwapIn, the CPU-prefill handoff) and back (SwapOut, parking during a tool call), from
-  // pooled pinned memory, against the plain loop above.
-  if (auto resolved = hetero::ResolveModelPath(model_path_for_transfer); resolved.ok()) {
-    auto model = hetero::Model::Load(*resolved);
-    if (!model.ok()) return Fail(std::string(model.status().message()));
-    hetero::CudaBackendOptions options;
-    options.kv_capacity_tokens = 8192;
-    auto backend = hetero::CudaBackend::Create(**model, options);
-    if (!backend.ok()) return Fail(std::string(backend.status().message()));
-    const int tokens = 4096;
-    const size_t floats = (*backend)->kv_bytes_per_token() / sizeof(float) * tokens;
-    std::vector<double> in_rates, out_rates;
-    hetero::SavedSequence saved;
-    saved.tokens = tokens;
-    auto buffer = hetero::HostMemoryPool::Default()->Allocate(floats);
-    if (!buffer.ok()) return Fail(std::string(buffer.status().message()));
-    saved.data = std::move(*buffer);
-    for (size_t i = 0; i < floats; ++i) saved.data.data()[i] = static_cast<float>(i % 977) * 1e-3f;
-    for (int rep = 0; rep < 6; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      auto seq = (*backend)->SwapIn(saved);
-      const auto t1 = std::chrono::steady_clock::now();
-      if (!seq.ok()) return Fail(std::string(seq.status().message()));
-      auto back = (*backend)->SwapOut(*seq);
-      const auto t2 = std::chrono::steady_clock::now();
-      if (!back.ok()) return Fail(std::string(back.status().message()));
-      if (rep > 0) {  // the first warms the pool and the copy stream
-        in_rates.push_back(floats * sizeof(float) / Seconds(t0, t1) / 1e9);
-        out_rates.push_back(floats * sizeof(float) / Seconds(t1, t2) / 1e9);
-      }
-      saved = std::move(*back);
-    }
-    const hetero::HostPoolStats pool = hetero::HostMemoryPool::Default()->stats();
-    const double h2d = Summarize(in_rates).median, d2h = Summarize(out_rates).median;
+  if (measured->kv_swap_measured) {
+    const hetero::TransferBenchmarkResult& m = *measured;
     if (json) {
       nlohmann::json j;
       j["plain_loop"] = rows;
-      j["kv_swap"] = {{"tokens", tokens}, {"bytes", floats * sizeof(float)}, {"pinned", saved.data.pinned()},
-                      {"swap_in_gb_s", h2d}, {"swap_out_gb_s", d2h}, {"pool_allocations", pool.allocations},
-                      {"pool_reuses", pool.reuses}, {"pool_high_water_bytes", pool.high_water_bytes}};
+      j["kv_swap"] = {{"tokens", m.kv_tokens}, {"bytes", m.kv_bytes}, {"pinned", m.kv_pinned},
+                      {"swap_in_gb_s", m.kv_swap_in_gb_per_s}, {"swap_out_gb_s", m.kv_swap_out_gb_per_s},
+                      {"pool_allocations", m.pool.allocations}, {"pool_reuses", m.pool.reuses},
+                      {"pool_high_water_bytes", m.pool.high_water_bytes}};
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       std::printf("KV swap of %d tokens (%.1f MB, %s host memory): in %.2f GB/s, out %.2f GB/s (median of 5); "
                   "pool: %llu allocations, %llu reuses\n",
-                  tokens, floats * sizeof(float) / 1e6, saved.data.pinned() ? "pinned" : "pageable", h2d, d2h,
-                  static_cast<unsigned long long>(pool.allocations), static_cast<unsigned long long>(pool.reuses));
+                  m.kv_tokens, m.kv_bytes / 1e6, m.kv_pinned ? "pinned" : "pageable", m.kv_swap_in_gb_per_s,
+                  m.kv_swap_out_gb_per_s, static_cast<unsigned long long>(m.pool.allocations),
+                  static_cast<unsigned long long>(m.pool.reuses));
     }
     return 0;
   }
@@ -216,7 +172,7 @@ int RunSessions(const std::string& model_path, int sessions, int gen, int thread
 
 int main(int argc, char** argv) {
   std::string model_path, device = "cpu", precision_name = "auto";
-  int prompt = 512, gen = 128, threads = hetero::DefaultCpuThreads(), reps = 5, bf16_min_rows = 0;
+  int prompt = 512, gen = 128, threads = std::max(1, hetero::QueryDevices().cpu.usable_cpus), reps = 5, bf16_min_rows = 0;
   bool json = false;
   bool calibrate = false;
   bool gen_given = false;
@@ -359,105 +315,29 @@ int main(int argc, char** argv) {
   }
   if (sessions > 0 && !calibrate) return RunSessions(model_path, sessions, gen, threads, reps, json);
   if (threads < 1 || reps < 1) return Fail("-t and -r must be at least 1");
-  hetero::CpuBackendOptions options;
+  hetero::BackendBenchmarkOptions options;
+  options.device = device == "gpu" ? hetero::Device::kGpu : hetero::Device::kCpu;
   options.threads = threads;
-  if (bf16_min_rows > 0) options.bf16_min_rows = bf16_min_rows;
-  if (precision_name == "f32") {
-    options.precision = hetero::CpuPrecision::kF32;
-  } else if (precision_name == "bf16") {
-    options.precision = hetero::CpuPrecision::kBf16;
-  } else if (precision_name != "auto") {
-    return Fail("unknown precision '" + precision_name + "'");
+  options.bf16_min_rows = bf16_min_rows;
+  options.cpu_precision = precision_name;
+  options.prompt_tokens = prompt;
+  options.generate_tokens = gen;
+  options.batches = batches;
+  options.repetitions = reps;
+  // The calibration's batched decode runs at 8 sequences (the scheduler's sharing model).
+  if (calibrate && std::find(options.batches.begin(), options.batches.end(), 8) == options.batches.end()) {
+    options.batches.push_back(8);
   }
   auto resolved = hetero::ResolveModelPath(model_path);
   if (!resolved.ok()) return Fail(std::string(resolved.status().message()));
-  auto model = hetero::Model::Load(*resolved);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
-  const int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
-  const int kv_tokens = std::max(prompt, 8) + std::max(max_batch, 8) * (gen + 16);
-  std::unique_ptr<hetero::Backend> backend_owner;
-  if (device == "gpu") {
-    hetero::CudaBackendOptions gpu_options;
-    gpu_options.kv_capacity_tokens = kv_tokens;
-    gpu_options.max_sequences = std::max(64, max_batch);
-    auto backend = hetero::CudaBackend::Create(**model, gpu_options);
-    if (!backend.ok()) return Fail(std::string(backend.status().message()));
-    backend_owner = std::move(*backend);
-  } else {
-    options.kv_capacity_tokens = kv_tokens;
-    options.max_sequences = std::max(options.max_sequences, max_batch);
-    auto backend = hetero::CpuBackend::Create(**model, options);
-    if (!backend.ok()) return Fail(std::string(backend.status().message()));
-    backend_owner = std::move(*backend);
-  }
-  hetero::Backend& b = *backend_owner;
-  const int V = b.vocab_size();
-  std::mt19937 rng(42);
-  std::vector<float> logits(V);
+  auto measured = hetero::BenchmarkBackend(*resolved, options);
+  if (!measured.ok()) return Fail(std::string(measured.status().message()));
+  const std::vector<double>& pp_rates = measured->prefill_tokens_per_s;
+  const std::vector<double>& tg_rates = measured->decode_tokens_per_s;
+  struct Info {
+    std::string name, weight_format;
+  } info{measured->backend, measured->weight_format};
 
-  std::vector<double> pp_rates, tg_rates;
-  for (int rep = 0; rep < reps + 1; ++rep) {  // the first repetition warms up and is dropped
-    if (prompt > 0) {
-      std::vector<int32_t> tokens(prompt);
-      for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % V);
-      auto seq = b.NewSequence();
-      if (!seq.ok()) return Fail(std::string(seq.status().message()));
-      const auto start = std::chrono::steady_clock::now();
-      absl::Status s = b.Prefill(*seq, tokens, absl::MakeSpan(logits));
-      const auto end = std::chrono::steady_clock::now();
-      if (!s.ok()) return Fail(std::string(s.message()));
-      if (rep > 0) pp_rates.push_back(prompt / Seconds(start, end));
-      b.FreeSequence(*seq);
-    }
-    if (gen > 0) {
-      auto seq = b.NewSequence();
-      if (!seq.ok()) return Fail(std::string(seq.status().message()));
-      const hetero::SequenceId id = *seq;
-      int32_t token = static_cast<int32_t>(rng() % V);
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < gen; ++i) {  // greedy, chosen where the backend decodes
-        int32_t next = 0;
-        absl::Status s = b.DecodeGreedy({&id, 1}, {&token, 1}, {&next, 1});
-        if (!s.ok()) return Fail(std::string(s.message()));
-        token = next;
-      }
-      const auto end = std::chrono::steady_clock::now();
-      if (rep > 0) tg_rates.push_back(gen / Seconds(start, end));
-      b.FreeSequence(id);
-    }
-  }
-  // Batched decode: `batch` sequences advanced together, gen steps each, after a short
-  // prompt per sequence; aggregate tokens per second.
-  std::vector<std::pair<int, std::vector<double>>> batch_rates;
-  for (int batch : batches) {
-    std::vector<double> rates;
-    for (int rep = 0; rep < reps + 1; ++rep) {
-      std::vector<hetero::SequenceId> seqs;
-      std::vector<int32_t> tokens(batch);
-      for (int i = 0; i < batch; ++i) {
-        auto seq = b.NewSequence();
-        if (!seq.ok()) return Fail(std::string(seq.status().message()));
-        seqs.push_back(*seq);
-        std::vector<int32_t> start(8);
-        for (int32_t& t : start) t = static_cast<int32_t>(rng() % V);
-        absl::Status s = b.Prefill(*seq, start, absl::MakeSpan(logits));
-        if (!s.ok()) return Fail(std::string(s.message()));
-        tokens[i] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-      }
-      const auto start = std::chrono::steady_clock::now();
-      std::vector<int32_t> next(batch);
-      for (int step = 0; step < gen; ++step) {
-        absl::Status s = b.DecodeGreedy(seqs, tokens, absl::MakeSpan(next));
-        if (!s.ok()) return Fail(std::string(s.message()));
-        tokens.swap(next);
-      }
-      const auto end = std::chrono::steady_clock::now();
-      if (rep > 0) rates.push_back(static_cast<double>(batch) * gen / Seconds(start, end));
-      for (auto s : seqs) b.FreeSequence(s);
-    }
-    batch_rates.emplace_back(batch, std::move(rates));
-  }
-  const hetero::BackendInfo& info = b.info();
   nlohmann::json out;
   out["model"] = *resolved;
   out["backend"] = info.name;
@@ -478,23 +358,17 @@ int main(int argc, char** argv) {
   };
   report(absl::StrFormat("pp%d", prompt), pp_rates);
   report(absl::StrFormat("tg%d", gen), tg_rates);
-  for (const auto& [batch, rates] : batch_rates) report(absl::StrFormat("tg%d_b%d", gen, batch), rates);
+  for (const auto& [batch, rates] : measured->batched_decode_tokens_per_s) {
+    if (std::find(batches.begin(), batches.end(), batch) != batches.end()) {
+      report(absl::StrFormat("tg%d_b%d", gen, batch), rates);
+    }
+  }
   if (json) std::printf("%s\n", out.dump(2).c_str());
   if (calibrate) {
-    // Batched decode at 8 sequences for the scheduler's sharing model.
-    const int batch = 8;
-    std::vector<hetero::SequenceId> seqs;
-    std::vector<int32_t> tokens(batch, 1);
-    std::vector<float> batch_logits(static_cast<size_t>(batch) * V);
-    for (int i = 0; i < batch; ++i) seqs.push_back(*b.NewSequence());
-    const auto start = std::chrono::steady_clock::now();
-    const int steps = std::max(8, gen / 4);
-    for (int i = 0; i < steps; ++i) {
-      absl::Status s = b.Decode(seqs, tokens, absl::MakeSpan(batch_logits));
-      if (!s.ok()) return Fail(std::string(s.message()));
+    double batched = 0;
+    for (const auto& [batch, rates] : measured->batched_decode_tokens_per_s) {
+      if (batch == 8 && !rates.empty()) batched = Summarize(rates).median;
     }
-    const double batched = batch * steps / Seconds(start, std::chrono::steady_clock::now());
-    for (auto s : seqs) b.FreeSequence(s);
     hetero::Calibration c;
     c.machine = info.name;
     const std::time_t now = std::time(nullptr);

@@ -7,6 +7,7 @@
 
 #include "src/cpu/cpu_features.h"
 #include "src/cpu/thread_pool.h"
+#include "src/runtime/kv_layout.h"
 
 namespace hetero {
 namespace internal {
@@ -51,7 +52,8 @@ void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out) {
 void Attention::RunRow(const float* q, int position, const SequenceKv& kv, float* out) const {
   const int hd = s_.head_dim;
   const int group = s_.n_heads / s_.n_kv_heads;
-  const size_t head_stride = static_cast<size_t>(s_.block_tokens) * hd;
+  // Offsets within one layer's region of a block (src/runtime/kv_layout.h).
+  const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, hd, s_.block_tokens};
   static const bool avx512 = DetectCpu().avx512f;
   const bool simd = avx512 && hd % 16 == 0;
   const int n_keys = position + 1;
@@ -69,8 +71,8 @@ void Attention::RunRow(const float* q, int position, const SequenceKv& kv, float
                                 n_keys,
                                 kv.blocks.data(),
                                 s_.block_tokens,
-                                g * head_stride,
-                                (s_.n_kv_heads + g) * head_stride,
+                                layer.Offset(0, /*values=*/false, g, 0),
+                                layer.Offset(0, /*values=*/true, g, 0),
                                 1.0f / std::sqrt(static_cast<float>(hd))};
     float* o = out + static_cast<size_t>(g) * group * hd;
     if (simd) {

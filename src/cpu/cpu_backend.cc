@@ -210,8 +210,7 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   }
 
   const int bt = options_.kv_block_tokens;
-  const size_t head_stride = static_cast<size_t>(bt) * c.head_dim;
-  const size_t layer_stride = 2 * static_cast<size_t>(c.n_kv_heads) * head_stride;
+  const size_t layer_stride = kv_layout_.layer_floats();
   const int n_layers = hidden != nullptr && hidden_layers > 0 ? std::min(hidden_layers, c.n_layers) : c.n_layers;
   for (int l = 0; l < n_layers; ++l) {
     Layer& layer = layers_[l];
@@ -225,15 +224,15 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     AddBias(w.v.data(), layer.v_bias, T);
     rope_->Apply(w.q.data(), T, c.n_heads, positions.data());
     rope_->Apply(w.k.data(), T, c.n_kv_heads, positions.data());
-    // Store this layer's keys and values: block layout [k|v][kv head][slot][dim].
+    // Store this layer's keys and values in the shared block layout (src/runtime/kv_layout.h).
     for (int r = 0; r < T; ++r) {
-      float* block = KvBlock(kv_.BlockOf(rows[r].seq, rows[r].position)) + l * layer_stride;
+      float* block = KvBlock(kv_.BlockOf(rows[r].seq, rows[r].position));
       const int slot = rows[r].position % bt;
       for (int g = 0; g < c.n_kv_heads; ++g) {
         std::copy_n(w.k.data() + static_cast<size_t>(r) * kvd + g * c.head_dim, c.head_dim,
-                    block + g * head_stride + static_cast<size_t>(slot) * c.head_dim);
+                    block + kv_layout_.Offset(l, /*values=*/false, g, slot));
         std::copy_n(w.v.data() + static_cast<size_t>(r) * kvd + g * c.head_dim, c.head_dim,
-                    block + (c.n_kv_heads + g) * head_stride + static_cast<size_t>(slot) * c.head_dim);
+                    block + kv_layout_.Offset(l, /*values=*/true, g, slot));
       }
     }
     // Each sequence's KV blocks for this layer.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "src/cpu/thread_pool.h"
+#include "src/runtime/rope.h"
 
 namespace hetero {
 
@@ -18,16 +19,8 @@ void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, fl
 }
 
 Rope::Rope(const ModelConfig& config, std::vector<float> freq_factors)
-    : head_dim_(config.head_dim), rope_dim_(config.rope_dim), neox_(config.rope_style == RopeStyle::kNeox) {
-  const int half = rope_dim_ / 2;
-  inv_freq_.resize(half);
-  const double linear = config.rope_scaling == RopeScaling::kLinear ? config.rope_scaling_factor : 1.0;
-  for (int i = 0; i < half; ++i) {
-    double f = std::pow(static_cast<double>(config.rope_freq_base), -2.0 * i / rope_dim_) / linear;
-    if (!freq_factors.empty()) f /= freq_factors[i];
-    inv_freq_[i] = f;
-  }
-}
+    : head_dim_(config.head_dim), rope_dim_(config.rope_dim), neox_(config.rope_style == RopeStyle::kNeox),
+      inv_freq_(RopeInverseFrequencies(config, freq_factors)) {}
 
 void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const {
   const int half = rope_dim_ / 2;

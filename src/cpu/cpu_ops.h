@@ -19,7 +19,7 @@ class Rope {
  public:
   explicit Rope(const ModelConfig& config, std::vector<float> freq_factors = {});
   void Apply(float* x, int rows, int heads, const int32_t* positions) const;
-  // The angle per position of each rotated pair (the CUDA backend rotates with these too).
+  // The angle per position of each rotated pair (src/runtime/rope.h).
   const std::vector<double>& inv_freq() const { return inv_freq_; }
 
  private:

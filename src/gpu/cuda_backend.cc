@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hetero/devices.h"
-#include "src/cpu/cpu_ops.h"
+#include "src/runtime/rope.h"
 #include "src/gpu/cuda_module_abi.h"
 #include "src/gpu/cuda_module_loader.h"
 #include "src/runtime/dequantize.h"
@@ -127,7 +127,7 @@ absl::Status CudaBackend::Init() {
   if (c.has_rope_freq_factors) {
     HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));
   }
-  const Rope rope(c, std::move(freq_factors));
+  const std::vector<double> rope_inv_freq = RopeInverseFrequencies(c, freq_factors);
 
   // Host copies live until the module has uploaded them.
   const GgufTensorInfo* token_embd = file.FindTensor("token_embd.weight");
@@ -188,7 +188,7 @@ absl::Status CudaBackend::Init() {
   d.context_length = c.context_length;
   d.rope_dim = c.rope_dim;
   d.rope_neox = c.rope_style == RopeStyle::kNeox ? 1 : 0;
-  d.rope_inv_freq = rope.inv_freq().data();
+  d.rope_inv_freq = rope_inv_freq.data();
   d.rms_norm_eps = c.rms_norm_eps;
   d.kv_block_tokens = options_.kv_block_tokens;
   {

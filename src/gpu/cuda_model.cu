@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "src/gpu/cuda_kernels.cuh"
+#include "src/runtime/kv_layout.h"
 #include "src/gpu/cuda_module_abi.h"
 
 #define HETERO_CUDA_MODULE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -283,10 +284,12 @@ struct Model {
       HETERO_FAILURE_TRY(l->down.Upload(src.down, "down"));
       layers.push_back(std::move(l));
     }
-    kv.block_tokens = c.kv_block_tokens;
-    kv.head_floats = static_cast<size_t>(c.kv_block_tokens) * c.head_dim;
-    kv.layer_floats = 2 * static_cast<size_t>(c.n_kv_heads) * kv.head_floats;
-    kv.block_floats = static_cast<size_t>(c.n_layers) * kv.layer_floats;
+    // The block layout every backend shares (src/runtime/kv_layout.h), as strides.
+    const KvBlockLayout layout{c.n_layers, c.n_kv_heads, c.head_dim, c.kv_block_tokens};
+    kv.block_tokens = layout.block_tokens;
+    kv.head_floats = layout.head_floats();
+    kv.layer_floats = layout.layer_floats();
+    kv.block_floats = layout.block_floats();
     HETERO_FAILURE_TRY(kv_pool.Allocate(static_cast<size_t>(c.kv_blocks) * kv.block_floats * sizeof(float),
                                         "cudaMalloc(KV pool)"));
     kv.pool = kv_pool.as<float>();

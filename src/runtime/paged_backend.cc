@@ -11,8 +11,8 @@ PagedBackend::PagedBackend(std::string name, const ModelConfig& config, int kv_b
                            int max_sequences, bool share_prefixes)
     : name_(std::move(name)),
       kv_block_tokens_(kv_block_tokens),
-      kv_block_floats_(static_cast<size_t>(config.n_layers) * 2 * config.n_kv_heads * kv_block_tokens *
-                       config.head_dim),
+      kv_layout_{config.n_layers, config.n_kv_heads, config.head_dim, kv_block_tokens},
+      kv_block_floats_(kv_layout_.block_floats()),
       max_sequences_(max_sequences),
       kv_(kv_block_tokens, (kv_capacity_tokens + kv_block_tokens - 1) / kv_block_tokens, config.context_length,
           share_prefixes) {}
@@ -80,7 +80,7 @@ int PagedBackend::kv_used_tokens() const {
 }
 
 size_t PagedBackend::kv_bytes_per_token() const {
-  return kv_block_floats_ * sizeof(float) / static_cast<size_t>(kv_block_tokens_);
+  return kv_layout_.bytes_per_token();
 }
 
 absl::Status PagedBackend::Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {

@@ -1,6 +1,6 @@
 // What the CPU and CUDA backends share: a paged KV cache's block table under one lock, the
 // bookkeeping of sequences, and the checks and reservations of a batched step. Both keep
-// KV blocks of kv_block_floats floats in one layout, so either can read what the other
+// KV blocks in one layout (src/runtime/kv_layout.h), so either can read what the other
 // saved (SwapOut / SwapIn: the KV handoff).
 #ifndef HETERO_RUNTIME_PAGED_BACKEND_H_
 #define HETERO_RUNTIME_PAGED_BACKEND_H_
@@ -12,6 +12,7 @@
 #include "hetero/model.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/kv_cache.h"
+#include "src/runtime/kv_layout.h"
 #include "src/runtime/sync.h"
 
 namespace hetero {
@@ -66,7 +67,8 @@ class PagedBackend : public Backend {
 
   const std::string name_;
   const int kv_block_tokens_;
-  const size_t kv_block_floats_;  // n_layers * 2 * n_kv_heads * kv_block_tokens * head_dim
+  const KvBlockLayout kv_layout_;
+  const size_t kv_block_floats_;  // kv_layout_.block_floats()
   const int max_sequences_;
   mutable Mutex mutex_;
   KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
