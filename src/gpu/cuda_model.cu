@@ -202,6 +202,7 @@ struct Model {
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
 
   ~Model() {
+    cudaSetDevice(desc.device);  // the caller's thread may have another GPU current
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -414,6 +415,9 @@ struct Model {
 
   Failure Forward(const hetero_cuda_forward_args& a) {
     const auto& c = desc;
+    // Each engine device has its own worker thread, but a thread may serve several GPUs
+    // (tests, benchmarks): make this model's GPU current first (cheap when it already is).
+    HETERO_CUDA_TRY(cudaSetDevice(c.device));
     if (a.n_rows <= 0 || a.n_rows > c.max_rows || a.n_seqs <= 0 || a.table_stride <= 0 || a.n_logit_rows <= 0 ||
         a.n_logit_rows > a.n_rows || a.tokens == nullptr || a.positions == nullptr || a.seq_of_row == nullptr ||
         a.block_tables == nullptr || a.logit_rows == nullptr || (a.logits == nullptr && a.greedy_tokens == nullptr)) {
@@ -503,6 +507,7 @@ struct Model {
   }
 
   Failure CopyKv(bool to_host, const int32_t* blocks, int n_blocks, float* host) {
+    HETERO_CUDA_TRY(cudaSetDevice(desc.device));
     if (n_blocks < 0 || (n_blocks > 0 && (blocks == nullptr || host == nullptr))) return Invalid("copy_kv: bad arguments");
     for (int i = 0; i < n_blocks; ++i) {
       if (blocks[i] < 0 || blocks[i] >= desc.kv_blocks) return Invalid("copy_kv: block id out of range");
