@@ -145,14 +145,15 @@ std::unique_ptr<EnergyMeter> MakeEngineEnergyMeter(
       }
     }
     int measured = 0;
-    for (auto& [device, busy] : gpus) {
+    for (auto& gpu : gpus) {
+      const Device device = gpu.first;
       // NVML numbers GPUs as CUDA does by default (CUDA_DEVICE_ORDER=PCI_BUS_ID makes it sure).
-      auto it = std::find_if(nvml.begin(), nvml.end(), [&](const auto& c) { return c != nullptr && c->device() == device; });
+      auto it = std::find_if(nvml.begin(), nvml.end(), [device](const auto& c) { return c != nullptr && c->device() == device; });
       if (it != nvml.end()) {
         counters.push_back(std::move(*it));
         ++measured;
       } else {
-        counters.push_back(MakePowerModelCounter(device, model, std::move(busy)));
+        counters.push_back(MakePowerModelCounter(device, model, std::move(gpu.second)));
       }
     }
     if (measured == static_cast<int>(gpus.size())) {
