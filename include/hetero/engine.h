@@ -291,6 +291,16 @@ class HETERO_EXPORT Session {
   // Tokens this session holds in a KV cache (0 after release or eviction).
   int kv_tokens() const;
 
+  // The session's state as bytes: its conversation (and the turns as generated with tools)
+  // and its KV cache, in a versioned, checksummed format that does not depend on the device
+  // or on the weights' quantization (docs/RUNTIME.md "Session state"). Engine::RestoreSession
+  // continues it elsewhere with the same greedy tokens and no prefill of the saved tokens.
+  // There is no sampler state to save: each Run seeds its own sampler. FailedPrecondition
+  // during a Run.
+  absl::StatusOr<std::string> SaveState();
+  // SaveState into a file (written whole, then renamed into place).
+  absl::Status SaveStateToFile(const std::string& path);
+
   struct State;
 
  private:
@@ -308,6 +318,12 @@ class HETERO_EXPORT Engine {
   Engine& operator=(const Engine&) = delete;
 
   absl::StatusOr<std::unique_ptr<Session>> NewSession(const std::string& system_prompt = "");
+  // A session continuing from Session::SaveState's bytes (or a file of them), its KV in the
+  // CPU's memory until the scheduler places its next run. InvalidArgument for corrupt,
+  // truncated or unknown-version state, naming what is wrong; FailedPrecondition for state
+  // of a model of another shape or vocabulary; ResourceExhausted as NewSession.
+  absl::StatusOr<std::unique_ptr<Session>> RestoreSession(std::string_view state);
+  absl::StatusOr<std::unique_ptr<Session>> RestoreSessionFromFile(const std::string& path);
 
   // Unit-length embeddings of `texts` (n_embd floats each) from the loaded model's hidden
   // states, computed on the CPU in batches (several texts per forward pass), beside any
