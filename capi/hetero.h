@@ -306,6 +306,25 @@ typedef struct hetero_session hetero_session;
  * engine. */
 HETERO_C_API hetero_status hetero_session_create(hetero_engine* engine, const char* system_prompt,
                                                  hetero_session** out_session);
+/* The session's state (its conversation and KV cache; versioned, checksummed, independent
+ * of the device and of the weights' quantization; docs/RUNTIME.md "Session state") in a
+ * buffer the library allocates: *out_bytes (free it with hetero_bytes_free) of *out_size
+ * bytes. hetero_engine_restore_session continues it in another engine or process with the
+ * same greedy tokens and no prefill of the saved tokens. INVALID_ARGUMENT for NULL
+ * arguments; BUSY while a run is in progress on the session. */
+HETERO_C_API hetero_status hetero_session_save_state(hetero_session* session, uint8_t** out_bytes, size_t* out_size);
+/* The same, written to the file `path` (whole, then renamed into place). */
+HETERO_C_API hetero_status hetero_session_save_state_file(hetero_session* session, const char* path);
+/* Frees what hetero_session_save_state returned; NULL is a no-op. */
+HETERO_C_API void hetero_bytes_free(uint8_t* bytes);
+/* A new session from saved state (`size` bytes at `bytes`, or the file `path`).
+ * INVALID_ARGUMENT for NULL arguments, corrupt, truncated or unknown-version state, or
+ * state of a model of another shape or vocabulary (the message says which); NOT_FOUND for a
+ * file that cannot be read; BUSY at the session limit. Thread-safe on the engine. */
+HETERO_C_API hetero_status hetero_engine_restore_session(hetero_engine* engine, const uint8_t* bytes, size_t size,
+                                                         hetero_session** out_session);
+HETERO_C_API hetero_status hetero_engine_restore_session_file(hetero_engine* engine, const char* path,
+                                                              hetero_session** out_session);
 /* Frees the session and its KV cache. No thread may be inside hetero_session_run on it:
  * to stop a run, call hetero_session_cancel and wait for the run to return first. */
 HETERO_C_API void hetero_session_destroy(hetero_session* session);

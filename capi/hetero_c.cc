@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "hetero/engine.h"
 #include "hetero/log.h"
 #include "hetero/scheduler.h"
@@ -593,6 +595,75 @@ hetero_status hetero_session_create(hetero_engine* engine, const char* system_pr
     }
     *out_session = new hetero_session{std::move(*session)};
     return HETERO_OK;
+  });
+}
+
+hetero_status hetero_session_save_state(hetero_session* session, uint8_t** out_bytes, size_t* out_size) {
+  return Guard("hetero_session_save_state", [&]() -> hetero_status {
+    if (out_bytes == nullptr) return NullArgument("hetero_session_save_state", "out_bytes");
+    *out_bytes = nullptr;
+    if (out_size == nullptr) return NullArgument("hetero_session_save_state", "out_size");
+    *out_size = 0;
+    if (session == nullptr) return NullArgument("hetero_session_save_state", "session");
+    absl::StatusOr<std::string> state = session->session->SaveState();
+    if (!state.ok()) return FromStatus(state.status());
+    auto* bytes = static_cast<uint8_t*>(std::malloc(std::max<size_t>(1, state->size())));
+    if (bytes == nullptr) return Fail(HETERO_OUT_OF_MEMORY, "hetero_session_save_state: no memory for the state");
+    std::memcpy(bytes, state->data(), state->size());
+    *out_bytes = bytes;
+    *out_size = state->size();
+    return HETERO_OK;
+  });
+}
+
+hetero_status hetero_session_save_state_file(hetero_session* session, const char* path) {
+  return Guard("hetero_session_save_state_file", [&]() -> hetero_status {
+    if (session == nullptr) return NullArgument("hetero_session_save_state_file", "session");
+    if (path == nullptr) return NullArgument("hetero_session_save_state_file", "path");
+    return FromStatus(session->session->SaveStateToFile(path));
+  });
+}
+
+void hetero_bytes_free(uint8_t* bytes) { std::free(bytes); }
+
+namespace {
+
+// Restore's errors in C terms: state of another model is bad input, not a busy engine.
+hetero_status RestoreResult(absl::StatusOr<std::unique_ptr<hetero::Session>> session, hetero_session** out) {
+  if (!session.ok()) {
+    if (absl::IsFailedPrecondition(session.status())) {
+      return Fail(HETERO_INVALID_ARGUMENT, std::string(session.status().message()));
+    }
+    if (absl::IsResourceExhausted(session.status()) && absl::StrContains(session.status().message(), "sessions live")) {
+      return Fail(HETERO_BUSY, std::string(session.status().message()));
+    }
+    return FromStatus(session.status());
+  }
+  *out = new hetero_session{std::move(*session)};
+  return HETERO_OK;
+}
+
+}  // namespace
+
+hetero_status hetero_engine_restore_session(hetero_engine* engine, const uint8_t* bytes, size_t size,
+                                            hetero_session** out_session) {
+  return Guard("hetero_engine_restore_session", [&]() -> hetero_status {
+    if (out_session == nullptr) return NullArgument("hetero_engine_restore_session", "out_session");
+    *out_session = nullptr;
+    if (engine == nullptr) return NullArgument("hetero_engine_restore_session", "engine");
+    if (bytes == nullptr) return NullArgument("hetero_engine_restore_session", "bytes");
+    return RestoreResult(engine->engine->RestoreSession(std::string_view(reinterpret_cast<const char*>(bytes), size)),
+                         out_session);
+  });
+}
+
+hetero_status hetero_engine_restore_session_file(hetero_engine* engine, const char* path, hetero_session** out_session) {
+  return Guard("hetero_engine_restore_session_file", [&]() -> hetero_status {
+    if (out_session == nullptr) return NullArgument("hetero_engine_restore_session_file", "out_session");
+    *out_session = nullptr;
+    if (engine == nullptr) return NullArgument("hetero_engine_restore_session_file", "engine");
+    if (path == nullptr) return NullArgument("hetero_engine_restore_session_file", "path");
+    return RestoreResult(engine->engine->RestoreSessionFromFile(path), out_session);
   });
 }
 

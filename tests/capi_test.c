@@ -703,6 +703,72 @@ static void test_devices(const char* model) {
   hetero_engine_destroy(engine);
 }
 
+/* Session state: saved from one engine, restored into another, the next turn is the
+ * uninterrupted session's; bad state and arguments are refused. */
+static void test_state(const char* model) {
+  hetero_engine* engine = open_engine(model, 0);
+  hetero_engine* other = open_engine(model, 0);
+  if (engine == NULL || other == NULL) return;
+  hetero_run_options ro;
+  hetero_run_options_default(&ro);
+  ro.max_tokens = 12;
+  hetero_session* whole = NULL;
+  hetero_session* first = NULL;
+  hetero_result* result = NULL;
+  EXPECT(hetero_session_create(engine, NULL, &whole), HETERO_OK, NULL);
+  EXPECT(hetero_session_create(engine, NULL, &first), HETERO_OK, NULL);
+  EXPECT(hetero_session_run(whole, "Name a colour.", &ro, &result), HETERO_OK, NULL);
+  hetero_result_destroy(result);
+  EXPECT(hetero_session_run(whole, "And another one?", &ro, &result), HETERO_OK, NULL);
+  char expected[512] = {0};
+  if (result != NULL) snprintf(expected, sizeof expected, "%s", hetero_result_text(result));
+  hetero_result_destroy(result);
+  EXPECT(hetero_session_run(first, "Name a colour.", &ro, &result), HETERO_OK, NULL);
+  hetero_result_destroy(result);
+
+  uint8_t* bytes = NULL;
+  size_t size = 0;
+  EXPECT(hetero_session_save_state(first, &bytes, &size), HETERO_OK, NULL);
+  CHECK(bytes != NULL && size > 16);
+  hetero_session* restored = NULL;
+  EXPECT(hetero_engine_restore_session(other, bytes, size, &restored), HETERO_OK, NULL);
+  if (restored != NULL) {
+    EXPECT(hetero_session_run(restored, "And another one?", &ro, &result), HETERO_OK, NULL);
+    if (result != NULL) {
+      CHECK(strcmp(hetero_result_text(result), expected) == 0);
+      CHECK(strstr(hetero_result_report_json(result), "\"reused_prompt_tokens\":0") == NULL);
+      hetero_result_destroy(result);
+    }
+    hetero_session_destroy(restored);
+  }
+  /* Corrupt, truncated, NULL. */
+  if (bytes != NULL) {
+    bytes[size / 2] ^= 0x10;
+    EXPECT(hetero_engine_restore_session(other, bytes, size, &restored), HETERO_INVALID_ARGUMENT, "checksum");
+    CHECK(restored == NULL);
+    EXPECT(hetero_engine_restore_session(other, bytes, 10, &restored), HETERO_INVALID_ARGUMENT, "truncated");
+  }
+  EXPECT(hetero_engine_restore_session(other, NULL, 0, &restored), HETERO_INVALID_ARGUMENT, "bytes");
+  EXPECT(hetero_engine_restore_session(NULL, bytes, size, &restored), HETERO_INVALID_ARGUMENT, "engine");
+  hetero_bytes_free(bytes);
+  hetero_bytes_free(NULL);
+  uint8_t* none = (uint8_t*)&size; /* set to NULL on failure */
+  EXPECT(hetero_session_save_state(NULL, &none, &size), HETERO_INVALID_ARGUMENT, "session");
+  CHECK(none == NULL && size == 0);
+  /* Through a file. */
+  const char* path = "build/capi_test_session.state";
+  EXPECT(hetero_session_save_state_file(first, path), HETERO_OK, NULL);
+  EXPECT(hetero_engine_restore_session_file(other, path, &restored), HETERO_OK, NULL);
+  hetero_session_destroy(restored);
+  remove(path);
+  EXPECT(hetero_engine_restore_session_file(other, "/no/such/state", &restored), HETERO_NOT_FOUND, "cannot read");
+  EXPECT(hetero_session_save_state_file(first, NULL), HETERO_INVALID_ARGUMENT, "path");
+  hetero_session_destroy(first);
+  hetero_session_destroy(whole);
+  hetero_engine_destroy(other);
+  hetero_engine_destroy(engine);
+}
+
 int main(int argc, char** argv) {
   hetero_set_log_callback(count_log, NULL, HETERO_LOG_DEBUG);
   test_arguments_and_tools();
@@ -716,6 +782,7 @@ int main(int argc, char** argv) {
   test_runs(model);
   test_tokens_and_sampling(model);
   test_devices(model);
+  test_state(model);
   CHECK(log_messages > 0); /* at least the device notice */
   hetero_set_log_callback(NULL, NULL, HETERO_LOG_DEBUG);
   if (failures) {

@@ -255,6 +255,23 @@ class Engine:
         self._handle = ctypes.c_void_p()
         _check(_c.hetero_engine_create(ctypes.byref(options), ctypes.byref(self._handle)))
 
+    def restore_session(self, state):
+        """A Session continuing from Session.save_state()'s bytes: the same greedy tokens
+        as the saved session would give, without encoding its tokens again. InvalidArgument
+        for corrupt, truncated or other-model state."""
+        if not isinstance(state, (bytes, bytearray, memoryview)):
+            raise TypeError(f"state must be bytes, not {type(state).__name__}")
+        self._check_open()
+        data = bytes(state)
+        buffer = (ctypes.c_uint8 * max(1, len(data))).from_buffer_copy(data or b"\0")
+        return Session._adopt(self, lambda out: _c.hetero_engine_restore_session(self._handle, buffer, len(data), out))
+
+    def restore_session_file(self, path):
+        """restore_session() from a file Session.save_state_file wrote."""
+        encoded = _args.path(path, "path")
+        self._check_open()
+        return Session._adopt(self, lambda out: _c.hetero_engine_restore_session_file(self._handle, encoded, out))
+
     def session(self, system_prompt=None):
         """A new conversation, with `system_prompt` (a str) as its first turn if given."""
         _args.text(system_prompt, "system_prompt", optional=True)
@@ -407,11 +424,18 @@ def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_
 class Session:
     """A conversation. One run at a time; `cancel()` from any thread."""
 
-    def __init__(self, engine, system_prompt=None):
+    def __init__(self, engine, system_prompt=None, _create=None):
         self._engine = engine  # the engine outlives its sessions' handles
         self._handle = ctypes.c_void_p()
+        if _create is not None:
+            _check(_create(ctypes.byref(self._handle)))
+            return
         _check(_c.hetero_session_create(engine._handle, _args.text(system_prompt, "system_prompt", optional=True),
                                         ctypes.byref(self._handle)))
+
+    @classmethod
+    def _adopt(cls, engine, create):
+        return cls(engine, _create=create)
 
     def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
             frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
@@ -511,6 +535,22 @@ class Session:
 
     def cancel(self):
         _check(_c.hetero_session_cancel(self._handle))
+
+    def save_state(self):
+        """The session's state as bytes (its conversation and KV cache; versioned,
+        checksummed, independent of the device and of the weights' quantization), for
+        Engine.restore_session in this process or another. Busy during a run."""
+        data = ctypes.POINTER(ctypes.c_uint8)()
+        size = ctypes.c_size_t()
+        _check(_c.hetero_session_save_state(self._handle, ctypes.byref(data), ctypes.byref(size)))
+        try:
+            return ctypes.string_at(data, size.value)
+        finally:
+            _c.hetero_bytes_free(data)
+
+    def save_state_file(self, path):
+        """save_state() into the file `path` (written whole, then renamed into place)."""
+        _check(_c.hetero_session_save_state_file(self._handle, _args.path(path, "path")))
 
     def close(self):
         if getattr(self, "_handle", None):

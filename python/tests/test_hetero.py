@@ -412,3 +412,40 @@ def test_agent_run_with_a_python_tool(engine):
         assert call["outcome"] in ("ok", "handler_error", "timeout")
         assert call["name"] == "multiply"
     assert len(calls) <= len(result.tool_calls)
+
+
+def test_session_state_moves_between_processes(engine, tmp_path):
+    # Another process runs the first turn and saves the session; this one restores it.
+    path = tmp_path / "session.state"
+    script = (
+        "import hetero, sys\n"
+        f"e = hetero.Engine({str(MODEL)!r}, threads=2)\n"
+        "s = e.session()\n"
+        "s.run('Name a colour.', max_tokens=12)\n"
+        "s.save_state_file(sys.argv[1])\n"
+    )
+    import subprocess
+    import sys
+    package_root = str(pathlib.Path(hetero.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, env=env)
+    whole = engine.session()
+    whole.run("Name a colour.", max_tokens=12)
+    expected = whole.run("And another one?", max_tokens=12)
+    restored = engine.restore_session_file(path)
+    got = restored.run("And another one?", max_tokens=12)
+    assert got.text == expected.text
+    assert got.report["reused_prompt_tokens"] > 0  # the saved tokens were not encoded again
+    # In memory, and the misuse cases.
+    state = whole.save_state()
+    assert isinstance(state, bytes) and state[:8] == b"HETSTATE"
+    again = engine.restore_session(state)
+    assert again.run("Thanks.", max_tokens=4).text is not None
+    with pytest.raises(ValueError, match="checksum"):
+        engine.restore_session(state[:100] + bytes([state[100] ^ 1]) + state[101:])
+    with pytest.raises(ValueError, match="truncated|HETSTATE"):
+        engine.restore_session(state[:12])
+    with pytest.raises(TypeError):
+        engine.restore_session("not bytes")
+    with pytest.raises(hetero.NotFound):
+        engine.restore_session_file(tmp_path / "missing.state")
