@@ -22,11 +22,13 @@ esac
 # Recommends:
 #   ocl-icd-opencl-dev  oneDNN's CMake config (dnnl-config.cmake) runs find_package(OpenCL)
 #   gdb                 the CLI tests' watchdog prints every thread's stack on a hang
+#   python3-venv        CI installs the Python package into a fresh venv (PEP 668: not into
+#                       the system's Python)
 #   libomp-dev          clang's OpenMP: the fuzz, asan and tsan presets (clang) need it, as
 #                       the default preset (gcc) needs libgomp, for find_package(OpenMP)
 packages=(
   build-essential cmake ninja-build make pkg-config binutils ca-certificates
-  python3 python3-pip python3-pytest
+  python3 python3-pip python3-pytest python3-venv
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev gdb

@@ -1,5 +1,8 @@
-# Lets the tests import the package from the source tree when it is not installed.
+# Tests the installed package when there is one (a venv with `pip install ./python`), else the
+# package in the source tree, which then finds the library in build/lib.
+import importlib.util
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+if importlib.util.find_spec("hetero") is None:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))

@@ -322,6 +322,17 @@ def test_run_and_stream(engine):
 
 
 @needs_model
+@pytest.mark.skipif(os.environ.get("HETERO_EXPECT_INSTALLED") != "1", reason="checks an installed wheel (CI)")
+def test_the_installed_package_carries_its_library():
+    # `pip install ./python` in a fresh venv: the package and the library it loads are both
+    # inside site-packages, with no HETERO_LIBRARY to point at a build tree.
+    assert "HETERO_LIBRARY" not in os.environ
+    package = pathlib.Path(hetero.__file__).resolve().parent
+    assert "site-packages" in package.parts, package
+    assert (package / "libhetero_c.so").exists()
+    assert hetero.abi_version() >= 2
+
+
 def test_devices(engine):
     devices = engine.devices()
     assert devices[0]["name"] == "cpu" and devices[0]["available"]
