@@ -97,7 +97,11 @@ typedef enum hetero_stage {
 /* A device of the engine: the CPU, or a GPU by ordinal: HETERO_DEVICE_GPU is the first GPU,
  * HETERO_DEVICE_GPU_N(n) the n-th (from 0). hetero_engine_device_count and
  * hetero_engine_device list the engine's devices. */
-typedef enum hetero_device { HETERO_DEVICE_CPU = 0, HETERO_DEVICE_GPU = 1 } hetero_device;
+typedef enum hetero_device {
+  HETERO_DEVICE_CPU = 0,
+  HETERO_DEVICE_GPU = 1,
+  HETERO_DEVICE_MAX_ = 0x7fffffff /* not a device: makes every HETERO_DEVICE_GPU_N(n) a value of the type */
+} hetero_device;
 #define HETERO_DEVICE_GPU_N(n) ((hetero_device)(HETERO_DEVICE_GPU + (n)))
 /* While a task waits on a tool: keep its KV cache, park it in host memory, or drop it. */
 typedef enum hetero_kv_policy { HETERO_KV_KEEP = 0, HETERO_KV_SWAP_TO_HOST = 1, HETERO_KV_DISCARD = 2 } hetero_kv_policy;

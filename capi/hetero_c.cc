@@ -139,55 +139,6 @@ hetero_status ReadOptions(const char* function, const T* in, T& out, void (*defa
   return HETERO_OK;
 }
 
-nlohmann::json ReportJson(const hetero::TaskReport& r) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (const hetero::StageReport& s : r.stages) {
-    stages.push_back({{"stage", std::string(hetero::StageName(s.stage))},
-                      {"device", std::string(hetero::DeviceName(s.device))},
-                      {"start_ms", s.start_ms},
-                      {"end_ms", s.end_ms},
-                      {"tokens_in", s.tokens_in},
-                      {"tokens_out", s.tokens_out},
-                      {"reason", s.reason},
-                      {"joules", s.joules},
-                      {"idle_joules", s.idle_joules},
-                      {"joules_estimated", s.joules_estimated}});
-  }
-  nlohmann::json calls = nlohmann::json::array();
-  for (const hetero::ToolCallReport& c : r.tool_calls) {
-    calls.push_back({{"round", c.round},
-                     {"name", c.name},
-                     {"arguments", c.arguments_json},
-                     {"outcome", c.outcome},
-                     {"detail", c.detail},
-                     {"result_bytes", c.result_bytes},
-                     {"truncated", c.truncated},
-                     {"ms", c.ms},
-                     {"duplicate", c.duplicate}});
-  }
-  return {{"stages", stages},
-          {"tool_calls", calls},
-          {"prompt_tokens", r.prompt_tokens},
-          {"reused_prompt_tokens", r.reused_prompt_tokens},
-          {"shared_prompt_tokens", r.shared_prompt_tokens},
-          {"route", r.route},
-          {"route_action", r.route_action},
-          {"route_score", r.route_score},
-          {"route_runner_up", r.route_runner_up},
-          {"route_runner_up_score", r.route_runner_up_score},
-          {"refused_by", r.refused_by},
-          {"generated_tokens", r.generated_tokens},
-          {"time_to_first_token_ms", r.time_to_first_token_ms},
-          {"total_ms", r.total_ms},
-          {"stop_reason", r.stop_reason},
-          {"tool_format", r.tool_format},
-          {"constraint_ms", r.constraint_ms},
-          {"constraint_masked_steps", r.constraint_masked_steps},
-          {"joules", r.joules},
-          {"tokens_per_joule", r.tokens_per_joule},
-          {"energy_estimated", r.energy_estimated},
-          {"energy_sources", r.energy_sources}};
-}
 
 hetero_device ToC(hetero::Device d) {
   return d.is_gpu() ? HETERO_DEVICE_GPU_N(d.ordinal) : HETERO_DEVICE_CPU;
@@ -448,7 +399,7 @@ hetero_status hetero_tools_invoke(const hetero_tools* tools, const char* name, c
     out->text = std::move(run.content);
     hetero::TaskReport report;
     report.tool_calls.push_back(std::move(run.report));
-    out->report_json = ReportJson(report).dump();
+    out->report_json = hetero::TaskReportJson(report);
     out->tool_calls = 1;
     *out_result = out.release();
     return HETERO_OK;
@@ -759,7 +710,7 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
     if (!result.ok()) return FromStatus(result.status());
     auto out = std::make_unique<hetero_result>();
     out->text = std::move(result->text);
-    out->report_json = ReportJson(result->report).dump();
+    out->report_json = hetero::TaskReportJson(result->report);
     out->generated_tokens = result->report.generated_tokens;
     out->tool_calls = static_cast<int32_t>(result->report.tool_calls.size());
     out->logprobs = std::move(result->logprobs);

@@ -29,7 +29,7 @@ esac
 packages=(
   build-essential cmake ninja-build make pkg-config binutils ca-certificates
   python3 python3-pip python3-pytest python3-venv
-  libabsl-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev
+  libabsl-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev gdb
 )

@@ -162,6 +162,10 @@ struct ToolInvocation {
 HETERO_EXPORT ToolInvocation InvokeTool(const ToolRegistry& registry, const std::string& name,
                                         const std::string& arguments_json, size_t max_result_bytes = 16384);
 
+// The report as one line of JSON (the C ABI's hetero_result_report_json; docs/C_API.md shows
+// its shape). Text that is not UTF-8 is replaced, so the JSON is always valid.
+HETERO_EXPORT std::string TaskReportJson(const TaskReport& report);
+
 struct RunResult {
   std::string text;  // the final assistant reply
   TaskReport report;
@@ -318,6 +322,10 @@ class HETERO_EXPORT Engine {
   Engine& operator=(const Engine&) = delete;
 
   absl::StatusOr<std::unique_ptr<Session>> NewSession(const std::string& system_prompt = "");
+  // A session whose conversation starts with `history` (an API server's request brings the
+  // whole conversation each time). Blocks of a shared prefix still cached from earlier
+  // sessions are reused by its first run. InvalidArgument for a message with an empty role.
+  absl::StatusOr<std::unique_ptr<Session>> NewSessionWithHistory(const std::vector<ChatMessage>& history);
   // A session continuing from Session::SaveState's bytes (or a file of them), its KV in the
   // CPU's memory until the scheduler places its next run. InvalidArgument for corrupt,
   // truncated or unknown-version state, naming what is wrong; FailedPrecondition for state

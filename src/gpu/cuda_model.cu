@@ -30,6 +30,25 @@
 namespace hetero::gpu {
 namespace {
 
+// Makes a model's GPU current for a call and gives the calling thread its own back after:
+// the engine's threads (a worker per GPU, a session saving its state) may use several GPUs.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    error_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
+    if (previous_ == device) previous_ = -1;  // nothing to restore
+  }
+  ~CurrentDevice() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  cudaError_t error() const { return error_; }
+
+ private:
+  int previous_ = -1;
+  cudaError_t error_ = cudaSuccess;
+};
+
 // A failed CUDA or cuBLAS call: the call, its error name and code.
 struct Failure {
   int32_t code = HETERO_CUDA_OK;
@@ -202,7 +221,7 @@ struct Model {
   std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
 
   ~Model() {
-    cudaSetDevice(desc.device);  // the caller's thread may have another GPU current
+    const CurrentDevice current(desc.device);  // the caller's thread may have another GPU current
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
     if (cublas != nullptr) cublasDestroy(cublas);
     if (stream != nullptr) cudaStreamDestroy(stream);
@@ -416,8 +435,9 @@ struct Model {
   Failure Forward(const hetero_cuda_forward_args& a) {
     const auto& c = desc;
     // Each engine device has its own worker thread, but a thread may serve several GPUs
-    // (tests, benchmarks): make this model's GPU current first (cheap when it already is).
-    HETERO_CUDA_TRY(cudaSetDevice(c.device));
+    // (tests, benchmarks): this model's GPU is current for the call.
+    const CurrentDevice current(c.device);
+    HETERO_CUDA_TRY(current.error());
     if (a.n_rows <= 0 || a.n_rows > c.max_rows || a.n_seqs <= 0 || a.table_stride <= 0 || a.n_logit_rows <= 0 ||
         a.n_logit_rows > a.n_rows || a.tokens == nullptr || a.positions == nullptr || a.seq_of_row == nullptr ||
         a.block_tables == nullptr || a.logit_rows == nullptr || (a.logits == nullptr && a.greedy_tokens == nullptr)) {
@@ -507,7 +527,8 @@ struct Model {
   }
 
   Failure CopyKv(bool to_host, const int32_t* blocks, int n_blocks, float* host) {
-    HETERO_CUDA_TRY(cudaSetDevice(desc.device));
+    const CurrentDevice current(desc.device);
+    HETERO_CUDA_TRY(current.error());
     if (n_blocks < 0 || (n_blocks > 0 && (blocks == nullptr || host == nullptr))) return Invalid("copy_kv: bad arguments");
     for (int i = 0; i < n_blocks; ++i) {
       if (blocks[i] < 0 || blocks[i] >= desc.kv_blocks) return Invalid("copy_kv: block id out of range");

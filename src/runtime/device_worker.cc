@@ -63,6 +63,12 @@ void DeviceWorker::Wait(const std::shared_ptr<GenerationJob>& job) {
 }
 
 absl::Status DeviceWorker::RunExclusive(std::function<void(Backend&)> work) {
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    // Called from a job's callback on this worker (on_text embedding something): the worker
+    // is between two steps already, and waiting for itself would never end.
+    work(backend_);
+    return absl::OkStatus();
+  }
   auto item = std::make_shared<ExclusiveWork>();
   item->work = std::move(work);
   {

@@ -118,6 +118,16 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::NewSession(const std::string& s
   return std::unique_ptr<Session>(new Session(std::move(state)));
 }
 
+absl::StatusOr<std::unique_ptr<Session>> Engine::NewSessionWithHistory(const std::vector<ChatMessage>& history) {
+  for (size_t i = 0; i < history.size(); ++i) {
+    if (history[i].role.empty()) return absl::InvalidArgumentError(absl::StrCat("history[", i, "] has no role"));
+  }
+  HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, NewSession());
+  MutexLock lock(&session->state_->mu);
+  session->state_->messages = history;
+  return session;
+}
+
 absl::StatusOr<std::vector<std::vector<float>>> Engine::Embed(const std::vector<std::string>& texts,
                                                               const EmbedOptions& options) {
   HETERO_ASSIGN_OR_RETURN(EmbedResult result, EmbedWithReport(texts, options));

@@ -6,11 +6,16 @@
 
 namespace hetero {
 
-Placement Placer::Place(Stage stage, const TaskState& task) {
-  const SystemSnapshot system = Snapshot();
+Placement Placer::Place(Stage stage, const TaskState& task) { return PlaceWith(stage, task, Snapshot()); }
+
+Placement Placer::PlaceWith(Stage stage, const TaskState& task, const SystemSnapshot& system) {
   const Placement proposed = policy_->Place(stage, task, system);
   Placement p = ApplyPlacementRules(stage, task, system, proposed);
-  if (p.device != proposed.device && absl::StrContains(p.reason, "rule device-unavailable")) {
+  const DeviceSnapshot* chosen = system.Find(proposed.device);
+  // Noticed once: a device the policy wanted that is not there (not one that merely cannot
+  // embed, which the reason says each time).
+  if (p.device != proposed.device && (chosen == nullptr || !chosen->available) &&
+      absl::StrContains(p.reason, "rule device-unavailable")) {
     bool notice = false;
     {
       MutexLock lock(&mu_);
@@ -18,7 +23,7 @@ Placement Placer::Place(Stage stage, const TaskState& task) {
       unavailable_noticed_ = true;
     }
     if (notice) {
-      const DeviceSnapshot* d = system.Find(proposed.device);
+      const DeviceSnapshot* d = chosen;
       internal::Log(LogLevel::kWarning,
                     absl::StrCat("scheduler '", policy_->name(), "' placed ", std::string(StageName(stage)), " on the ",
                                  DeviceName(proposed.device), ", which cannot run it (",

@@ -21,6 +21,9 @@ class Placer {
 
   // Thread-safe. The returned device is one of the engine's, available and able to run `stage`.
   Placement Place(Stage stage, const TaskState& task);
+  // The same against a snapshot the caller took, so that decisions taken together (a
+  // task's Understand and Generate) see one state of the system.
+  Placement PlaceWith(Stage stage, const TaskState& task, const SystemSnapshot& system);
   SystemSnapshot Snapshot() const { return devices_.Snapshot(host_device_gb_per_s_, calibrated_); }
   const Scheduler& policy() const { return *policy_; }
 

@@ -77,7 +77,12 @@ class FixedScheduler : public Scheduler {
       case Stage::kUnderstand: return hetero::Place(on(understand_), name_);
       case Stage::kGenerate: return hetero::Place(on(generate_), name_);
       case Stage::kToolCall: return hetero::Place(Device::kCpu, name_, HostFriendlyKvPolicy(task));
-      case Stage::kEmbed: return hetero::Place(on(understand_), name_);
+      case Stage::kEmbed: {
+        // Where Understand runs, when that device computes embeddings; else the CPU.
+        const Device d = on(understand_);
+        const DeviceSnapshot* ds = system.Find(d);
+        return hetero::Place(ds != nullptr && ds->available && ds->can_embed ? d : Device::kCpu, name_);
+      }
     }
     return hetero::Place(Device::kCpu, name_);
   }

@@ -1,5 +1,7 @@
 #include "src/runtime/session_state.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -13,10 +15,36 @@ namespace {
 
 constexpr char kMagic[8] = {'H', 'E', 'T', 'S', 'T', 'A', 'T', 'E'};
 // The most a field may claim, far above any real state, so a hostile length fails before
-// any allocation: 1 << 24 KV tokens, 64 GiB of KV, 1 GiB of conversation.
+// any allocation: 1 << 24 KV tokens, 16 Gi floats of KV, 16 MiB of conversation (its JSON
+// tree takes some twenty times that), nesting 8 deep (the format needs 5).
 constexpr uint64_t kMaxKvTokens = uint64_t{1} << 24;
 constexpr uint64_t kMaxKvFloats = uint64_t{16} << 30;
-constexpr uint64_t kMaxConversationBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxConversationBytes = uint64_t{16} << 20;
+constexpr int kMaxConversationDepth = 8;
+
+// How deep JSON text nests, outside strings: refused before a tree is built.
+int NestingDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 
 template <typename T>
 void Put(std::string& out, T value) {
@@ -89,6 +117,7 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& o, const char* key
 }
 
 absl::Status ParseConversation(std::string_view text, SessionStateData& s) {
+  if (NestingDepth(text) > kMaxConversationDepth) return Malformed("nests deeper than the format does");
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Malformed("is not a JSON object");
   if (!j.contains("messages") || !j["messages"].is_array()) return Malformed("has no messages array");
@@ -197,13 +226,18 @@ absl::StatusOr<SessionStateData> DecodeSessionState(std::string_view bytes, bool
   HETERO_STATE_GET(n_vocab, uint32_t, r, "n_vocab");
   HETERO_STATE_GET(block_tokens, uint32_t, r, "block_tokens");
   HETERO_STATE_GET(vocabulary_hash, uint64_t, r, "vocabulary_hash");
+  // Caps that keep every product below 2^64: a block is at most 2^47 floats here, and is
+  // then held to kMaxKvFloats.
   for (uint32_t v : {n_layers, n_kv_heads, head_dim, block_tokens}) {
-    if (v == 0 || v > (1u << 16)) return absl::InvalidArgumentError("session state: a model dimension is 0 or absurd");
+    if (v == 0 || v > 4096) return absl::InvalidArgumentError("session state: a model dimension is 0 or above 4096");
   }
   s.model.layout = KvBlockLayout{static_cast<int>(n_layers), static_cast<int>(n_kv_heads), static_cast<int>(head_dim),
                                  static_cast<int>(block_tokens)};
   s.model.n_vocab = n_vocab;
   s.model.vocabulary_hash = vocabulary_hash;
+  if (s.model.layout.block_floats() > kMaxKvFloats) {
+    return absl::InvalidArgumentError("session state: a KV block would be larger than any state");
+  }
   HETERO_STATE_GET(conversation_bytes, uint64_t, r, "conversation length");
   if (conversation_bytes > kMaxConversationBytes) return absl::InvalidArgumentError("session state: conversation too long");
   absl::StatusOr<std::string_view> conversation = r.Bytes(conversation_bytes, "conversation");
@@ -232,6 +266,11 @@ absl::StatusOr<SessionStateData> DecodeSessionState(std::string_view bytes, bool
   if (!kv.ok()) return kv.status();
   s.kv.resize(kv_floats);
   if (kv_floats > 0) std::memcpy(s.kv.data(), kv->data(), kv->size());
+  for (size_t i = 0; i < s.kv.size(); ++i) {
+    if (!std::isfinite(s.kv[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("session state: KV value ", i, " is not finite"));
+    }
+  }
   if (r.left() != 0) return absl::InvalidArgumentError(absl::StrCat("session state: ", r.left(), " unexpected bytes at the end"));
   return s;
 }

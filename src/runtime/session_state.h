@@ -27,6 +27,8 @@
 namespace hetero::internal {
 
 inline constexpr uint32_t kSessionStateVersion = 1;
+// No state is larger (16 Gi floats of KV and 16 MiB of conversation, with room to spare).
+inline constexpr uint64_t kMaxSessionStateBytes = uint64_t{80} << 30;
 
 struct SessionStateModel {
   KvBlockLayout layout;

@@ -1,5 +1,9 @@
 // Session::SaveState and Engine::RestoreSession (the format: src/runtime/session_state.h).
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -35,38 +39,61 @@ internal::SessionStateModel StateModel(const Engine::Impl& engine) {
 
 absl::StatusOr<std::string> Session::SaveState() {
   State& s = *state_;
-  MutexLock lock(&s.mu);
-  if (s.running) return absl::FailedPreconditionError("SaveState: a Run is in progress on this session");
   internal::SessionStateData data;
   data.model = StateModel(*s.engine);
-  data.messages = s.messages;
-  data.generated = s.generated;
+  {
+    MutexLock lock(&s.mu);
+    if (s.running) return absl::FailedPreconditionError("SaveState: a Run is in progress on this session");
+    // Marked running while the KV is copied without the lock, so that eviction (which locks
+    // every session from a worker thread) neither waits on the copy nor frees the KV under it.
+    s.running = true;
+    data.messages = s.messages;
+    data.generated = s.generated;
+  }
+  absl::Status status = absl::OkStatus();
   if (s.kv.seq.has_value() && !s.kv.tokens.empty()) {
     // A copy of the KV through host memory; the session keeps its cache (a new sequence on
     // the same device, attaching whatever blocks are still shared).
     Backend& backend = s.engine->devices->Worker(s.kv.device).backend();
-    HETERO_ASSIGN_OR_RETURN(SavedSequence saved, backend.SwapOut(*s.kv.seq));
+    absl::StatusOr<SavedSequence> saved = backend.SwapOut(*s.kv.seq);
     s.kv.seq.reset();
-    saved.token_ids = s.kv.tokens;
-    data.kv_tokens = s.kv.tokens;
-    data.kv.assign(saved.data.data(), saved.data.data() + saved.data.size());
-    absl::StatusOr<SequenceId> back = backend.SwapIn(saved);
-    if (back.ok()) {
-      s.kv.seq = *back;
+    if (saved.ok()) {
+      saved->token_ids = s.kv.tokens;
+      data.kv_tokens = s.kv.tokens;
+      data.kv.assign(saved->data.data(), saved->data.data() + saved->data.size());
+      absl::StatusOr<SequenceId> back = backend.SwapIn(*saved);
+      if (back.ok()) {
+        s.kv.seq = *back;
+      } else {
+        s.kv.tokens.clear();  // the next run encodes again; the state is saved either way
+      }
     } else {
-      s.kv.tokens.clear();  // the next run encodes again; the state is saved either way
+      s.kv.tokens.clear();
+      status = saved.status();
     }
   }
+  {
+    MutexLock lock(&s.mu);
+    s.running = false;
+  }
+  s.engine->devices->PokeAll();
+  HETERO_RETURN_IF_ERROR(status);
   return internal::EncodeSessionState(data);
 }
 
 absl::Status Session::SaveStateToFile(const std::string& path) {
   HETERO_ASSIGN_OR_RETURN(std::string bytes, SaveState());
-  const std::string temporary = path + ".tmp";
+  // A name of this process and call, so concurrent saves to one path do not share it.
+  static std::atomic<uint64_t> saves{0};
+  const std::string temporary = absl::StrCat(path, ".tmp.", getpid(), ".", saves++);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return absl::InternalError(absl::StrCat("SaveStateToFile: cannot write '", temporary, "'"));
+    if (!out) {
+      out.close();
+      std::remove(temporary.c_str());
+      return absl::InternalError(absl::StrCat("SaveStateToFile: cannot write '", temporary, "'"));
+    }
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::remove(temporary.c_str());
@@ -95,8 +122,9 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::RestoreSession(std::string_view
     saved.tokens = static_cast<int>(data.kv_tokens.size());
     HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(data.kv.size()));
     std::copy(data.kv.begin(), data.kv.end(), saved.data.data());
-    saved.token_ids = data.kv_tokens;
-    // Host memory is where it is now: the CPU holds it until a run is placed elsewhere.
+    // Private blocks (no token ids): state from outside must never reach other sessions
+    // through the shared-prefix cache. Host memory is where it is now: the CPU holds it
+    // until a run is placed elsewhere.
     HETERO_ASSIGN_OR_RETURN(SequenceId seq, impl_->devices->cpu().backend->SwapIn(saved));
     s.kv.device = Device::kCpu;
     s.kv.seq = seq;
@@ -106,6 +134,13 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::RestoreSession(std::string_view
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Engine::RestoreSessionFromFile(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return absl::NotFoundError(absl::StrCat("RestoreSessionFromFile: cannot read '", path, "' (not a regular file)"));
+  }
+  if (std::filesystem::file_size(path, error) > internal::kMaxSessionStateBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("RestoreSessionFromFile: '", path, "' is larger than any session state"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("RestoreSessionFromFile: cannot read '", path, "'"));
   std::ostringstream bytes;

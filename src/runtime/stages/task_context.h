@@ -33,6 +33,10 @@ class StageServices {
   StageServices(DeviceRegistry& devices, Placer& placer, const ChatTemplate& chat, const Tokenizer& tokenizer)
       : devices_(devices), placer_(placer), chat_(chat), tokenizer_(tokenizer) {}
   Placement Place(Stage stage, const TaskState& task) { return placer_.Place(stage, task); }
+  SystemSnapshot Snapshot() const { return placer_.Snapshot(); }
+  Placement PlaceWith(Stage stage, const TaskState& task, const SystemSnapshot& system) {
+    return placer_.PlaceWith(stage, task, system);
+  }
   DeviceRegistry& devices() { return devices_; }
   DeviceWorker& Worker(Device device) { return devices_.Worker(device); }
   const ChatTemplate& chat_template() const { return chat_; }

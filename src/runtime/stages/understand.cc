@@ -63,8 +63,11 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   }
   task.reused_tokens = common;
 
-  const Placement placement = services.Place(Stage::kUnderstand, task.State());
-  task.generate_placement = services.Place(Stage::kGenerate, task.State());
+  // Both from one snapshot: a load change between the two must not split one task across
+  // two GPUs.
+  const SystemSnapshot system = services.Snapshot();
+  const Placement placement = services.PlaceWith(Stage::kUnderstand, task.State(), system);
+  task.generate_placement = services.PlaceWith(Stage::kGenerate, task.State(), system);
   const Device understand_device = placement.device;
   const Device generate_device = task.generate_placement.device;
   // Rule "prefill-handoff": with Understand and Generate on different devices (the seed

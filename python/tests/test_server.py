@@ -1,0 +1,159 @@
+"""hetero-serve against the real `openai` client (PyPI): chat, streaming, structured output,
+completions, embeddings, models, metrics, prefix reuse across requests, and the errors a
+client meets, with the server still serving after each. Skipped without the client or the
+built server (HETERO_SERVE, else build/bin/hetero-serve)."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SERVE = pathlib.Path(os.environ.get("HETERO_SERVE", REPO / "build" / "bin" / "hetero-serve"))
+MODEL = pathlib.Path(os.environ.get("HETERO_MODEL", REPO / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+KEY = "sk-hetero-test"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not SERVE.exists() or not MODEL.exists():
+        pytest.skip(f"needs {SERVE} and {MODEL}")
+    port = _free_port()
+    process = subprocess.Popen([str(SERVE), "-m", str(MODEL), "--port", str(port), "--api-key", KEY, "-t", "2",
+                                "--max-concurrent", "4", "--max-body-bytes", "65536", "--model-name", "smol"],
+                               stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=1) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail("hetero-serve did not start: " + process.stderr.read())
+    yield base
+    process.terminate()  # SIGTERM drains
+    assert process.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def _raw(server, path, body, key=KEY, content_type="application/json"):
+    request = urllib.request.Request(server + path, data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def test_models_and_chat(client):
+    assert [m.id for m in client.models.list().data] == ["smol"]
+    r = client.chat.completions.create(model="smol", max_tokens=12, messages=[
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "What is the capital of France? Answer in one word."}])
+    assert "Paris" in r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    report = r.model_extra["hetero"]  # the vendor field: hetero's task report
+    assert [s["stage"] for s in report["stages"]] == ["understand", "generate"]
+
+
+def test_streaming_with_usage(client):
+    pieces, usage, finish = [], None, None
+    for chunk in client.chat.completions.create(model="smol", max_tokens=8, stream=True,
+                                                stream_options={"include_usage": True},
+                                                messages=[{"role": "user", "content": "Say hello."}]):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            pieces.append(choice.delta.content or "")
+            finish = choice.finish_reason or finish
+    assert "".join(pieces).strip()
+    assert finish in ("stop", "length")
+    assert usage is not None and usage.completion_tokens > 0
+
+
+def test_json_schema_output_validates(client):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+              "required": ["city", "population"]}
+    r = client.chat.completions.create(model="smol", max_tokens=48, messages=[
+        {"role": "user", "content": "Give the largest city of Japan and its population as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}})
+    value = json.loads(r.choices[0].message.content)
+    assert isinstance(value["city"], str) and isinstance(value["population"], int)
+
+
+def test_prefix_of_an_earlier_request_is_reused(client):
+    messages = [{"role": "system", "content": "You are a helpful assistant who answers briefly and exactly. " * 4},
+                {"role": "user", "content": "Name a colour."}]
+    first = client.chat.completions.create(model="smol", max_tokens=6, messages=messages)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And another one?"}]
+    second = client.chat.completions.create(model="smol", max_tokens=6, messages=messages)
+    assert second.model_extra["hetero"]["shared_prompt_tokens"] >= 16  # whole KV blocks from the first
+
+
+def test_completions_and_embeddings(client):
+    r = client.completions.create(model="smol", prompt="The capital of France is", max_tokens=4, temperature=0)
+    assert r.choices[0].text.strip()
+    e = client.embeddings.create(model="smol", input=["Add 3 and 4.", "What is 12 times 7?"])
+    assert len(e.data) == 2 and e.data[1].index == 1
+    v = e.data[0].embedding
+    assert abs(sum(x * x for x in v) - 1.0) < 1e-3
+
+
+def test_errors_and_still_serving(server, client):
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server + "/v1", api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError, match="not supported by hetero-serve yet"):
+        client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "hi"}],
+                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model="smol", temperature=5, messages=[{"role": "user", "content": "hi"}])
+    status, body = _raw(server, "/v1/chat/completions", b"{not json")
+    assert status == 400 and "not valid JSON" in body["error"]["message"]
+    status, body = _raw(server, "/v1/chat/completions", json.dumps({"model": "smol", "messages": "hi"}).encode())
+    assert status == 400 and body["error"]["param"] == "messages"
+    bad_utf8 = b'{"model": "smol", "max_tokens": 2, "messages": [{"role": "user", "content": "\xff\xfe"}]}'
+    status, body = _raw(server, "/v1/chat/completions", bad_utf8)
+    assert status == 400
+    status, body = _raw(server, "/v1/chat/completions", b"x" * 100000)
+    assert status == 413 and body["error"]["message"]
+    status, _ = _raw(server, "/v1/embeddings", b'{"model": "smol", "input": []}')
+    assert status == 400
+    r = client.chat.completions.create(model="smol", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content is not None
+
+
+def test_metrics(server, client):
+    request = urllib.request.Request(server + "/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        text = r.read().decode()
+    for name in ("hetero_num_requests_running", "hetero_num_requests_waiting", "hetero_kv_cache_usage_perc",
+                 'hetero_requests_total{endpoint="/v1/chat/completions",code="200"}',
+                 "hetero_time_to_first_token_seconds_bucket", "hetero_energy_joules_total"):
+        assert name in text, name

@@ -1,0 +1,492 @@
+// hetero-serve: an OpenAI-compatible HTTP server over hetero's public API.
+//
+//   hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]
+//                [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]
+//                [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]
+//
+// Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
+// /health, /metrics. docs/SERVER.md lists what each accepts; every other field is a 400
+// naming it. SIGTERM or SIGINT drains: no new requests (503), in-flight ones get the grace
+// period, then are cancelled.
+#include <csignal>
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "hetero/engine.h"
+#include "hetero/log.h"
+#include "hetero/model.h"
+#include "hetero/version.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace {
+
+using Json = nlohmann::json;
+using hetero::serve::RequestError;
+
+struct Config {
+  std::string model_path, host = "127.0.0.1", api_key, scheduler = "seed", model_name;
+  int port = 8080, threads = 0, max_concurrent = 16, max_tokens = 512, grace_seconds = 10;
+  size_t max_body_bytes = 8 << 20;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  return 1;
+}
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Standard base64 of `bytes` (the embeddings' "base64" encoding).
+std::string Base64(const void* data, size_t size) {
+  static const char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve((size + 2) / 3 * 4);
+  for (size_t i = 0; i < size; i += 3) {
+    const uint32_t n = bytes[i] << 16 | (i + 1 < size ? bytes[i + 1] << 8 : 0) | (i + 2 < size ? bytes[i + 2] : 0);
+    out += kDigits[n >> 18 & 63];
+    out += kDigits[n >> 12 & 63];
+    out += i + 1 < size ? kDigits[n >> 6 & 63] : '=';
+    out += i + 2 < size ? kDigits[n & 63] : '=';
+  }
+  return out;
+}
+
+std::string FinishReason(const std::string& stop_reason) { return stop_reason == "max_tokens" ? "length" : "stop"; }
+
+// The server: the engine, the limits, and the sessions running now (cancelled on drain).
+class Server {
+ public:
+  Server(Config config, std::unique_ptr<hetero::Engine> engine) : config_(std::move(config)), engine_(std::move(engine)) {}
+
+  void Install(httplib::Server& http) {
+    http.set_payload_max_length(config_.max_body_bytes);
+    // Errors httplib produces itself (413, 404 of an unknown path, 400 of a bad request
+    // line) in OpenAI's shape.
+    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      RequestError e;
+      e.http_status = res.status;
+      e.message = res.status == 413 ? "the request body is too large"
+                  : res.status == 404 ? "no such endpoint"
+                                      : "HTTP error " + std::to_string(res.status);
+      res.set_content(hetero::serve::ErrorJson(e), "application/json");
+    });
+    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = draining_ ? 503 : 200;
+      res.set_content(draining_ ? R"({"status":"draining"})" : R"({"status":"ok"})", "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res, "/metrics")) return;
+      res.set_content(metrics_.Render(*engine_, running_.load(), 0), "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!Authorized(req, res, "/v1/models")) return;
+      Json models = {{"object", "list"},
+                     {"data", Json::array({{{"id", config_.model_name}, {"object", "model"}, {"created", started_},
+                                            {"owned_by", "hetero"}}})}};
+      Reply(res, "/v1/models", 200, models.dump());
+    });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { Chat(req, res); });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { Complete(req, res); });
+    http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) { Embed(req, res); });
+  }
+
+  // Drain: refuse new requests, give in-flight ones the grace period, cancel the rest.
+  void Drain() {
+    draining_ = true;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(config_.grace_seconds);
+    while (running_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    for (hetero::Session* s : sessions_) s->Cancel();
+  }
+  int running() const { return running_.load(); }
+
+ private:
+  // Admission: the concurrency limit and draining, counted while the guard lives.
+  class Slot {
+   public:
+    explicit Slot(Server& s) : server_(s) { admitted_ = ++server_.running_ <= server_.config_.max_concurrent; }
+    ~Slot() { --server_.running_; }
+    bool admitted() const { return admitted_; }
+
+   private:
+    Server& server_;
+    bool admitted_;
+  };
+  // Registers a session for cancellation on drain.
+  class Tracked {
+   public:
+    Tracked(Server& s, hetero::Session* session) : server_(s), session_(session) {
+      std::lock_guard<std::mutex> lock(server_.sessions_mu_);
+      server_.sessions_.insert(session_);
+    }
+    ~Tracked() {
+      std::lock_guard<std::mutex> lock(server_.sessions_mu_);
+      server_.sessions_.erase(session_);
+    }
+
+   private:
+    Server& server_;
+    hetero::Session* session_;
+  };
+
+  void Reply(httplib::Response& res, const std::string& endpoint, int status, const std::string& body) {
+    res.status = status;
+    res.set_content(body, "application/json");
+    metrics_.CountRequest(endpoint, status);
+  }
+  void Error(httplib::Response& res, const std::string& endpoint, RequestError e) {
+    if (e.http_status == 429) res.set_header("Retry-After", "1");
+    if (e.http_status >= 500) e.type = "server_error";
+    Reply(res, endpoint, e.http_status, hetero::serve::ErrorJson(e));
+  }
+  void StatusError(httplib::Response& res, const std::string& endpoint, const absl::Status& s) {
+    RequestError e;
+    e.message = std::string(s.message());
+    switch (s.code()) {
+      case absl::StatusCode::kInvalidArgument:
+      case absl::StatusCode::kOutOfRange:
+        e.http_status = 400;
+        break;
+      case absl::StatusCode::kUnavailable:
+      case absl::StatusCode::kResourceExhausted:
+        e.http_status = 429;
+        e.type = "rate_limit_error";
+        break;
+      case absl::StatusCode::kDeadlineExceeded:
+        e.http_status = 504;
+        break;
+      case absl::StatusCode::kUnimplemented:
+        e.http_status = 400;
+        break;
+      default:
+        e.http_status = 500;
+    }
+    Error(res, endpoint, e);
+  }
+
+  bool Authorized(const httplib::Request& req, httplib::Response& res, const std::string& endpoint) {
+    if (config_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + config_.api_key) return true;
+    RequestError e;
+    e.http_status = 401;
+    e.message = "missing or wrong API key (Authorization: Bearer ...)";
+    Error(res, endpoint, e);
+    return false;
+  }
+  // Authorization, draining, the concurrency limit and the model name, in that order.
+  bool Admit(const httplib::Request& req, httplib::Response& res, const std::string& endpoint, const Slot& slot) {
+    if (!Authorized(req, res, endpoint)) return false;
+    RequestError e;
+    if (draining_) {
+      e.http_status = 503;
+      e.message = "the server is shutting down";
+      Error(res, endpoint, e);
+      return false;
+    }
+    if (!slot.admitted()) {
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.message = "too many concurrent requests (--max-concurrent " + std::to_string(config_.max_concurrent) + ")";
+      Error(res, endpoint, e);
+      return false;
+    }
+    return true;
+  }
+  bool KnownModel(const std::string& model, httplib::Response& res, const std::string& endpoint) {
+    if (model == config_.model_name) return true;
+    RequestError e;
+    e.http_status = 404;
+    e.param = "model";
+    e.message = "the model '" + model + "' does not exist; this server serves '" + config_.model_name + "'";
+    Error(res, endpoint, e);
+    return false;
+  }
+
+  Json Usage(const hetero::TaskReport& r) const {
+    return {{"prompt_tokens", r.prompt_tokens},
+            {"completion_tokens", r.generated_tokens},
+            {"total_tokens", r.prompt_tokens + r.generated_tokens}};
+  }
+  Json Logprobs(const std::vector<hetero::TokenLogprob>& tokens) const {
+    const auto entry = [this](int32_t id, float logprob) {
+      const std::string text = engine_->tokenizer().Decode({id}).value_or("");
+      Json bytes = Json::array();
+      for (unsigned char c : text) bytes.push_back(c);
+      return Json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+    };
+    Json content = Json::array();
+    for (const hetero::TokenLogprob& t : tokens) {
+      Json e = entry(t.token, t.logprob);
+      e["top_logprobs"] = Json::array();
+      for (const auto& [id, lp] : t.top) e["top_logprobs"].push_back(entry(id, lp));
+      content.push_back(std::move(e));
+    }
+    return {{"content", content}};
+  }
+  static std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+  std::string NextId(const char* prefix) { return std::string(prefix) + std::to_string(++next_id_); }
+
+  void Chat(const httplib::Request& req, httplib::Response& res) {
+    const std::string endpoint = "/v1/chat/completions";
+    auto slot = std::make_shared<Slot>(*this);
+    if (!Admit(req, res, endpoint, *slot)) return;
+    auto request = std::make_shared<hetero::serve::ChatRequest>();
+    RequestError e;
+    if (!hetero::serve::ParseChatRequest(req.body, config_.max_tokens, *request, e)) return Error(res, endpoint, e);
+    if (!KnownModel(request->model, res, endpoint)) return;
+    absl::StatusOr<std::unique_ptr<hetero::Session>> created = engine_->NewSessionWithHistory(request->history);
+    if (!created.ok()) return StatusError(res, endpoint, created.status());
+    std::shared_ptr<hetero::Session> session = std::move(*created);
+    const std::string id = NextId("chatcmpl-");
+    if (!request->stream) {
+      Tracked tracked(*this, session.get());
+      absl::StatusOr<hetero::RunResult> result = session->Run(request->user_message, request->run);
+      if (!result.ok()) return StatusError(res, endpoint, result.status());
+      metrics_.CountGeneration(result->report);
+      Json choice = {{"index", 0},
+                     {"message", {{"role", "assistant"}, {"content", result->text}}},
+                     {"finish_reason", FinishReason(result->report.stop_reason)},
+                     {"logprobs", request->run.logprobs >= 0 ? Logprobs(result->logprobs) : Json(nullptr)}};
+      Json body = {{"id", id},       {"object", "chat.completion"}, {"created", Now()},
+                   {"model", config_.model_name}, {"choices", Json::array({choice})}, {"usage", Usage(result->report)},
+                   {"hetero", Json::parse(hetero::TaskReportJson(result->report))}};
+      return Reply(res, endpoint, 200, Dump(body));
+    }
+    // Server-sent events: a role chunk, a chunk per piece of text, the finish chunk, the
+    // usage chunk when asked, then [DONE]. A client that goes away cancels the run.
+    metrics_.CountRequest(endpoint, 200);
+    const int64_t created_at = Now();
+    const std::string model = config_.model_name;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, slot, request, session, id, created_at, model](
+                                                             size_t, httplib::DataSink& sink) {
+      const auto chunk = [&](Json delta, Json finish, Json usage = nullptr) {
+        Json j = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created_at}, {"model", model},
+                  {"choices", Json::array()}};
+        if (!delta.is_null()) j["choices"].push_back({{"index", 0}, {"delta", delta}, {"finish_reason", finish}, {"logprobs", nullptr}});
+        if (!usage.is_null()) j["usage"] = usage;
+        const std::string line = "data: " + Dump(j) + "\n\n";
+        return sink.write(line.data(), line.size());
+      };
+      if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) return false;
+      hetero::RunOptions run = request->run;
+      run.on_text = [&](std::string_view piece) { return chunk({{"content", std::string(piece)}}, nullptr); };
+      Tracked tracked(*this, session.get());
+      absl::StatusOr<hetero::RunResult> result = session->Run(request->user_message, run);
+      if (result.ok()) {
+        metrics_.CountGeneration(result->report);
+        chunk(Json::object(), FinishReason(result->report.stop_reason));
+        if (request->include_usage) chunk(nullptr, nullptr, Usage(result->report));
+      } else if (!absl::IsCancelled(result.status())) {
+        RequestError e;
+        e.http_status = 500;
+        e.type = "server_error";
+        e.message = std::string(result.status().message());
+        const std::string line = "data: " + hetero::serve::ErrorJson(e) + "\n\n";
+        sink.write(line.data(), line.size());
+      }
+      const std::string done = "data: [DONE]\n\n";
+      sink.write(done.data(), done.size());
+      sink.done();
+      return true;
+    });
+  }
+
+  void Complete(const httplib::Request& req, httplib::Response& res) {
+    const std::string endpoint = "/v1/completions";
+    auto slot = std::make_shared<Slot>(*this);
+    if (!Admit(req, res, endpoint, *slot)) return;
+    auto request = std::make_shared<hetero::serve::CompletionRequest>();
+    RequestError e;
+    if (!hetero::serve::ParseCompletionRequest(req.body, config_.max_tokens, *request, e)) return Error(res, endpoint, e);
+    if (!KnownModel(request->model, res, endpoint)) return;
+    const std::string id = NextId("cmpl-");
+    if (!request->stream) {
+      absl::StatusOr<hetero::CompletionResult> result = engine_->Complete(request->prompt, request->options);
+      if (!result.ok()) return StatusError(res, endpoint, result.status());
+      metrics_.CountGeneration(result->report);
+      Json choice = {{"index", 0},
+                     {"text", (request->echo ? request->prompt : "") + result->text},
+                     {"finish_reason", FinishReason(result->report.stop_reason)},
+                     {"logprobs", nullptr}};
+      Json body = {{"id", id},       {"object", "text_completion"}, {"created", Now()},
+                   {"model", config_.model_name}, {"choices", Json::array({choice})}, {"usage", Usage(result->report)},
+                   {"hetero", Json::parse(hetero::TaskReportJson(result->report))}};
+      return Reply(res, endpoint, 200, Dump(body));
+    }
+    metrics_.CountRequest(endpoint, 200);
+    const int64_t created_at = Now();
+    const std::string model = config_.model_name;
+    res.set_chunked_content_provider("text/event-stream", [this, slot, request, id, created_at, model](
+                                                             size_t, httplib::DataSink& sink) {
+      const auto chunk = [&](const std::string& text, Json finish, Json usage = nullptr) {
+        Json j = {{"id", id}, {"object", "text_completion"}, {"created", created_at}, {"model", model},
+                  {"choices", Json::array({{{"index", 0}, {"text", text}, {"finish_reason", finish}, {"logprobs", nullptr}}})}};
+        if (!usage.is_null()) {
+          j["choices"] = Json::array();
+          j["usage"] = usage;
+        }
+        const std::string line = "data: " + Dump(j) + "\n\n";
+        return sink.write(line.data(), line.size());
+      };
+      if (request->echo && !chunk(request->prompt, nullptr)) return false;
+      hetero::CompletionOptions options = request->options;
+      options.on_text = [&](std::string_view piece) { return chunk(std::string(piece), nullptr); };
+      absl::StatusOr<hetero::CompletionResult> result = engine_->Complete(request->prompt, options);
+      if (result.ok()) {
+        metrics_.CountGeneration(result->report);
+        chunk("", FinishReason(result->report.stop_reason));
+        if (request->include_usage) chunk("", nullptr, Usage(result->report));
+      }
+      const std::string done = "data: [DONE]\n\n";
+      sink.write(done.data(), done.size());
+      sink.done();
+      return true;
+    });
+  }
+
+  void Embed(const httplib::Request& req, httplib::Response& res) {
+    const std::string endpoint = "/v1/embeddings";
+    Slot slot(*this);
+    if (!Admit(req, res, endpoint, slot)) return;
+    hetero::serve::EmbeddingRequest request;
+    RequestError e;
+    if (!hetero::serve::ParseEmbeddingRequest(req.body, request, e)) return Error(res, endpoint, e);
+    if (!KnownModel(request.model, res, endpoint)) return;
+    int tokens = 0;
+    for (const std::string& text : request.inputs) {
+      absl::StatusOr<std::vector<int32_t>> ids = engine_->tokenizer().Encode(text, false, false);
+      if (ids.ok()) tokens += static_cast<int>(ids->size());
+    }
+    absl::StatusOr<hetero::EmbedResult> result = engine_->EmbedWithReport(request.inputs);
+    if (!result.ok()) return StatusError(res, endpoint, result.status());
+    Json data = Json::array();
+    for (size_t i = 0; i < result->embeddings.size(); ++i) {
+      const std::vector<float>& v = result->embeddings[i];
+      data.push_back({{"object", "embedding"},
+                      {"index", i},
+                      {"embedding", request.base64 ? Json(Base64(v.data(), v.size() * sizeof(float))) : Json(v)}});
+    }
+    Json body = {{"object", "list"},
+                 {"data", data},
+                 {"model", config_.model_name},
+                 {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}},
+                 {"hetero", {{"device", hetero::DeviceName(result->report.device)}, {"reason", result->report.reason},
+                             {"ms", result->report.end_ms - result->report.start_ms}}}};
+    Reply(res, endpoint, 200, Dump(body));
+  }
+
+  Config config_;
+  std::unique_ptr<hetero::Engine> engine_;
+  hetero::serve::Metrics metrics_;
+  std::atomic<int> running_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{0};
+  const int64_t started_ = Now();
+  std::mutex sessions_mu_;
+  std::set<hetero::Session*> sessions_;
+};
+
+constexpr char kUsage[] =
+    "usage: hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]\n"
+    "                    [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]\n"
+    "                    [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) std::exit(Fail("option " + a + " needs a value"));
+      return argv[++i];
+    };
+    auto number = [&](auto& out, long long low) {
+      const std::string v = value();
+      long long n = 0;
+      if (!absl::SimpleAtoi(v, &n) || n < low) std::exit(Fail("option " + a + ": '" + v + "' is not a number >= " + std::to_string(low)));
+      out = static_cast<std::decay_t<decltype(out)>>(n);
+    };
+    if (a == "-m") config.model_path = value();
+    else if (a == "--host") config.host = value();
+    else if (a == "--port") number(config.port, 0);
+    else if (a == "--api-key") config.api_key = value();
+    else if (a == "-t") number(config.threads, 0);
+    else if (a == "--scheduler") config.scheduler = value();
+    else if (a == "--model-name") config.model_name = value();
+    else if (a == "--max-concurrent") number(config.max_concurrent, 1);
+    else if (a == "--max-body-bytes") number(config.max_body_bytes, 1024);
+    else if (a == "--max-tokens") number(config.max_tokens, 1);
+    else if (a == "--grace-seconds") number(config.grace_seconds, 0);
+    else if (a == "-h" || a == "--help") {
+      std::printf("%s", kUsage);
+      return 0;
+    } else {
+      return Fail("unknown option '" + a + "' (try --help)");
+    }
+  }
+  if (config.port > 65535) return Fail("--port must be at most 65535");
+  // The signals are taken by one thread (sigwait), so they are masked everywhere else.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  hetero::SetLogCallback(hetero::LogToStderr, hetero::LogLevel::kWarning);
+
+  hetero::EngineOptions options;
+  options.threads = config.threads;
+  options.scheduler = config.scheduler;
+  options.max_sessions = config.max_concurrent + 8;
+  options.max_batch = config.max_concurrent;
+  auto engine = hetero::Engine::Create(config.model_path, options);
+  if (!engine.ok()) return Fail(std::string(engine.status().message()));
+  if (config.model_name.empty()) {
+    const absl::StatusOr<std::string> resolved = hetero::ResolveModelPath(config.model_path);
+    config.model_name = std::filesystem::path(resolved.ok() ? *resolved : "model").stem().string();
+  }
+  Server server(config, std::move(*engine));
+  httplib::Server http;
+  const int workers = config.max_concurrent + 4;  // over the limit: 429 answered, not queued
+  http.new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
+  http.set_read_timeout(std::chrono::seconds(30));
+  http.set_write_timeout(std::chrono::seconds(30));
+  server.Install(http);
+  if (!http.bind_to_port(config.host, config.port)) {
+    return Fail("cannot listen on " + config.host + ":" + std::to_string(config.port));
+  }
+  std::thread signal_thread([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    std::fprintf(stderr, "hetero-serve: signal %d, draining (%d in flight, grace %d s)\n", signal, server.running(),
+                 config.grace_seconds);
+    server.Drain();
+    http.stop();
+  });
+  std::fprintf(stderr, "hetero-serve %s: serving '%s' on http://%s:%d\n", hetero::VersionString(),
+               config.model_name.c_str(), config.host.c_str(), config.port);
+  http.listen_after_bind();
+  signal_thread.join();
+  return 0;
+}
