@@ -205,6 +205,17 @@ TEST_F(GenerateTest, CompleteOnTheRealModel) {
   EXPECT_THAT(cut->text, ::testing::Not(::testing::HasSubstr("Paris")));
   EXPECT_EQ(answer->text.substr(0, cut->text.size()), cut->text);
 
+  // A callback on the worker's thread may use the engine's other entry points: an embedding
+  // asked from on_text runs there at once instead of waiting for its own worker.
+  CompletionOptions embedding_inside = greedy;
+  int embedded = 0;
+  embedding_inside.on_text = [&](std::string_view) {
+    if (embedded == 0) embedded = (*engine)->Embed({"inside a callback"}).ok() ? 1 : -1;
+    return true;
+  };
+  ASSERT_TRUE((*engine)->Complete(prompt, embedding_inside).ok());
+  EXPECT_EQ(embedded, 1);
+
   CompletionOptions sampled = greedy;
   sampled.max_tokens = 24;
   sampled.sampling.temperature = 0.9f;

@@ -3,6 +3,7 @@
 // uninterrupted session, and without encoding the saved tokens again; the codec refuses
 // corrupt, truncated, hostile and other-model state with clear errors.
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -206,7 +207,34 @@ TEST_F(SessionStateTest, RestoredSessionContinuesWithTheSameTokensWithoutRePrefi
   EXPECT_THAT(other->RestoreSession(internal::EncodeSessionState(*decoded)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("another model")));
   EXPECT_THAT(other->RestoreSession("nonsense"), StatusIs(absl::StatusCode::kInvalidArgument));
+  decoded->model.layout.n_layers -= 1;
+  decoded->kv.resize((decoded->kv_tokens.size() + 15) / 16 * decoded->model.layout.block_floats());
+  decoded->kv[7] = std::nanf("");
+  EXPECT_THAT(other->RestoreSession(internal::EncodeSessionState(*decoded)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("KV value 7 is not finite")));
   EXPECT_THAT(other->RestoreSessionFromFile("/no/such/state"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(other->RestoreSessionFromFile("/dev/zero"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("regular file")));
+}
+
+// State from outside stays the restored session's own: another session with the same
+// conversation does not take its KV blocks from the shared-prefix cache.
+TEST_F(SessionStateTest, RestoredKvIsNeverSharedWithOtherSessions) {
+  auto engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  const std::string system = "You are a helpful assistant. " + std::string(200, '.');
+  auto first = engine->NewSession(system);
+  ASSERT_TRUE((*first)->Run("Name three rivers.", Greedy(8)).ok());
+  auto state = (*first)->SaveState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  auto fresh = MakeEngine();
+  ASSERT_NE(fresh, nullptr);
+  auto restored = fresh->RestoreSession(*state);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  auto stranger = fresh->NewSession(system);
+  auto r = (*stranger)->Run("Name three rivers.", Greedy(4));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report.shared_prompt_tokens, 0) << "no blocks from the restored state";
+  EXPECT_EQ(fresh->stats().kv_shared_tokens, 0);
 }
 
 }  // namespace
