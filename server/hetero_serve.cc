@@ -244,6 +244,25 @@ class Server {
     return {{"content", content}};
   }
   static std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+  // A whole (not streamed) response: one choice, usage, and the task report as `hetero`.
+  Json Response(const std::string& id, const char* object, Json choice, const hetero::TaskReport& report) const {
+    return {{"id", id},
+            {"object", object},
+            {"created", Now()},
+            {"model", config_.model_name},
+            {"choices", Json::array({std::move(choice)})},
+            {"usage", Usage(report)},
+            {"hetero", Json::parse(hetero::TaskReportJson(report))}};
+  }
+  // One server-sent event; false when the client has gone.
+  static bool Event(httplib::DataSink& sink, const std::string& data) {
+    const std::string line = "data: " + data + "\n\n";
+    return sink.write(line.data(), line.size());
+  }
+  static void EndStream(httplib::DataSink& sink) {
+    Event(sink, "[DONE]");
+    sink.done();
+  }
   std::string NextId(const char* prefix) { return std::string(prefix) + std::to_string(++next_id_); }
 
   void Chat(const httplib::Request& req, httplib::Response& res) {
@@ -267,10 +286,7 @@ class Server {
                      {"message", {{"role", "assistant"}, {"content", result->text}}},
                      {"finish_reason", FinishReason(result->report.stop_reason)},
                      {"logprobs", request->run.logprobs >= 0 ? Logprobs(result->logprobs) : Json(nullptr)}};
-      Json body = {{"id", id},       {"object", "chat.completion"}, {"created", Now()},
-                   {"model", config_.model_name}, {"choices", Json::array({choice})}, {"usage", Usage(result->report)},
-                   {"hetero", Json::parse(hetero::TaskReportJson(result->report))}};
-      return Reply(res, endpoint, 200, Dump(body));
+      return Reply(res, endpoint, 200, Dump(Response(id, "chat.completion", std::move(choice), result->report)));
     }
     // Server-sent events: a role chunk, a chunk per piece of text, the finish chunk, the
     // usage chunk when asked, then [DONE]. A client that goes away cancels the run.
@@ -285,8 +301,7 @@ class Server {
                   {"choices", Json::array()}};
         if (!delta.is_null()) j["choices"].push_back({{"index", 0}, {"delta", delta}, {"finish_reason", finish}, {"logprobs", nullptr}});
         if (!usage.is_null()) j["usage"] = usage;
-        const std::string line = "data: " + Dump(j) + "\n\n";
-        return sink.write(line.data(), line.size());
+        return Event(sink, Dump(j));
       };
       if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) return false;
       hetero::RunOptions run = request->run;
@@ -302,12 +317,9 @@ class Server {
         e.http_status = 500;
         e.type = "server_error";
         e.message = std::string(result.status().message());
-        const std::string line = "data: " + hetero::serve::ErrorJson(e) + "\n\n";
-        sink.write(line.data(), line.size());
+        Event(sink, hetero::serve::ErrorJson(e));
       }
-      const std::string done = "data: [DONE]\n\n";
-      sink.write(done.data(), done.size());
-      sink.done();
+      EndStream(sink);
       return true;
     });
   }
@@ -329,10 +341,7 @@ class Server {
                      {"text", (request->echo ? request->prompt : "") + result->text},
                      {"finish_reason", FinishReason(result->report.stop_reason)},
                      {"logprobs", nullptr}};
-      Json body = {{"id", id},       {"object", "text_completion"}, {"created", Now()},
-                   {"model", config_.model_name}, {"choices", Json::array({choice})}, {"usage", Usage(result->report)},
-                   {"hetero", Json::parse(hetero::TaskReportJson(result->report))}};
-      return Reply(res, endpoint, 200, Dump(body));
+      return Reply(res, endpoint, 200, Dump(Response(id, "text_completion", std::move(choice), result->report)));
     }
     metrics_.CountRequest(endpoint, 200);
     const int64_t created_at = Now();
@@ -346,8 +355,7 @@ class Server {
           j["choices"] = Json::array();
           j["usage"] = usage;
         }
-        const std::string line = "data: " + Dump(j) + "\n\n";
-        return sink.write(line.data(), line.size());
+        return Event(sink, Dump(j));
       };
       if (request->echo && !chunk(request->prompt, nullptr)) return false;
       hetero::CompletionOptions options = request->options;
@@ -358,9 +366,7 @@ class Server {
         chunk("", FinishReason(result->report.stop_reason));
         if (request->include_usage) chunk("", nullptr, Usage(result->report));
       }
-      const std::string done = "data: [DONE]\n\n";
-      sink.write(done.data(), done.size());
-      sink.done();
+      EndStream(sink);
       return true;
     });
   }

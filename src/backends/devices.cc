@@ -10,7 +10,7 @@ const DeviceReport& QueryDevices() {
   static const DeviceReport* report = [] {
     auto* r = new DeviceReport();  // never destroyed: the CUDA module stays loaded too
     r->cpu = DetectCpu();
-    r->cuda = LoadCudaModuleAndProbe();
+    r->cuda = CudaProbe();
     internal::Log(r->cuda.available ? LogLevel::kInfo : LogLevel::kWarning, r->cuda.notice);
     return r;
   }();

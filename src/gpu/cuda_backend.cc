@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& mo
     return absl::InvalidArgumentError("CUDA backend options: device, max_sequences, kv_block_tokens and "
                                       "max_rows_per_pass must be positive");
   }
-  const CudaInfo& cuda = QueryDevices().cuda;
+  const CudaInfo& cuda = CudaProbe();
   if (!cuda.available) return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", cuda.notice));
   if (options.device >= static_cast<int>(cuda.devices.size())) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (",
@@ -205,7 +205,7 @@ absl::Status CudaBackend::Init() {
   HETERO_RETURN_IF_ERROR(ModuleStatus(api.create(&d, &device_model_, message, sizeof message), "creating the model",
                                       message));
 
-  const CudaDeviceInfo& dev = QueryDevices().cuda.devices[options_.device];
+  const CudaDeviceInfo& dev = CudaProbe().devices[options_.device];
   info_.kind = DeviceKind::kGpu;
   info_.name = absl::StrCat("cuda:", options_.device, " (", dev.name, ")");
   info_.weight_format = absl::StrCat("native ", TensorTypeName(file.FindTensor("blk.0.attn_q.weight")->type),

@@ -7,7 +7,7 @@
 namespace hetero {
 
 bool CudaPinnedHostAllocator(HostAllocator* out) {
-  if (!QueryDevices().cuda.available) return false;
+  if (!CudaProbe().available) return false;
   auto alloc = reinterpret_cast<hetero_cuda_host_alloc_fn>(CudaModuleSymbol(HETERO_CUDA_HOST_ALLOC_SYMBOL));
   auto release = reinterpret_cast<hetero_cuda_host_free_fn>(CudaModuleSymbol(HETERO_CUDA_HOST_FREE_SYMBOL));
   if (alloc == nullptr || release == nullptr) return false;

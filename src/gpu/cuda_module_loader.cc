@@ -34,10 +34,15 @@ std::string OwnDirectory() {
   return p.parent_path().string();
 }
 
-// The module QueryDevices() loaded with a usable device; set once, under its call_once.
+// The module CudaProbe() loaded with a usable device; set once, under its static's guard.
 std::atomic<void*> g_usable_module{nullptr};
 
 }  // namespace
+
+const CudaInfo& CudaProbe() {
+  static const CudaInfo* info = new CudaInfo(LoadCudaModuleAndProbe());  // the module stays loaded
+  return *info;
+}
 
 void* CudaModuleSymbol(const char* name) {
   void* handle = g_usable_module.load();

@@ -14,7 +14,11 @@ namespace hetero {
 // $HETERO_DISABLE_CUDA=1 skips the module. Never fails: problems land in `notice`.
 CudaInfo LoadCudaModuleAndProbe();
 
-// A symbol of the module QueryDevices() loaded, or null when no module with a usable device
+// LoadCudaModuleAndProbe's answer, probed once per process (thread-safe): what the GPU
+// backend reads, and what QueryDevices() reports.
+const CudaInfo& CudaProbe();
+
+// A symbol of the module CudaProbe() loaded, or null when no module with a usable device
 // was loaded (or it lacks the symbol).
 void* CudaModuleSymbol(const char* name);
 

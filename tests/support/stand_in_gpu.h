@@ -55,30 +55,10 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<Backend> inner_;
 };
 
-// Hooks giving the engine `Wrapper(cpu backend)` as its GPU (one thread, the engine's KV
-// layout); `*created` points at it once the engine made it.
-template <typename Wrapper>
-internal::TestHooks StandInGpuHooks(Wrapper** created) {
-  internal::TestHooks hooks;
-  hooks.gpu_backend = [created](const Model& model, int block_tokens, int capacity, int max_sequences,
-                                int /*ordinal*/) -> absl::StatusOr<std::unique_ptr<Backend>> {
-    CpuBackendOptions o;
-    o.threads = 1;
-    o.kv_block_tokens = block_tokens;
-    o.kv_capacity_tokens = capacity;
-    o.max_sequences = max_sequences;
-    absl::StatusOr<std::unique_ptr<CpuBackend>> cpu = CpuBackend::Create(model, o);
-    if (!cpu.ok()) return cpu.status();
-    auto gpu = std::make_unique<Wrapper>(std::move(*cpu));
-    *created = gpu.get();
-    return std::unique_ptr<Backend>(std::move(gpu));
-  };
-  return hooks;
-}
-
-// Hooks giving the engine `count` stand-in GPUs, gpu, gpu:1, ...; (*created)[i] points at
-// GPU i once the engine made it, or stays null for an ordinal in `unavailable` (its
-// creation fails, so the engine reports that GPU unavailable with this reason).
+// Hooks giving the engine `count` stand-in GPUs, gpu, gpu:1, ..., each `Wrapper(cpu
+// backend)` (one thread, the engine's KV layout); (*created)[i] points at GPU i once the
+// engine made it, or stays null for an ordinal in `unavailable` (its creation fails, so the
+// engine reports that GPU unavailable with this reason).
 template <typename Wrapper>
 internal::TestHooks StandInGpusHooks(std::vector<Wrapper*>* created, int count, std::vector<int> unavailable = {}) {
   created->assign(static_cast<size_t>(count), nullptr);
@@ -99,6 +79,21 @@ internal::TestHooks StandInGpusHooks(std::vector<Wrapper*>* created, int count, 
     auto gpu = std::make_unique<Wrapper>(std::move(*cpu));
     (*created)[static_cast<size_t>(ordinal)] = gpu.get();
     return std::unique_ptr<Backend>(std::move(gpu));
+  };
+  return hooks;
+}
+
+// One stand-in GPU; `*created` points at it once the engine made it.
+template <typename Wrapper>
+internal::TestHooks StandInGpuHooks(Wrapper** created) {
+  auto all = std::make_shared<std::vector<Wrapper*>>();
+  internal::TestHooks hooks = StandInGpusHooks(all.get(), 1);
+  hooks.gpu_backend = [inner = hooks.gpu_backend, all, created](const Model& model, int block_tokens, int capacity,
+                                                                int max_sequences,
+                                                                int ordinal) -> absl::StatusOr<std::unique_ptr<Backend>> {
+    absl::StatusOr<std::unique_ptr<Backend>> gpu = inner(model, block_tokens, capacity, max_sequences, ordinal);
+    *created = (*all)[0];
+    return gpu;
   };
   return hooks;
 }
