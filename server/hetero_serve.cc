@@ -68,7 +68,21 @@ std::string Base64(const void* data, size_t size) {
   return out;
 }
 
-std::string FinishReason(const std::string& stop_reason) { return stop_reason == "max_tokens" ? "length" : "stop"; }
+std::string FinishReason(const std::string& stop_reason) {
+  return stop_reason == "max_tokens" ? "length" : stop_reason == "tool_calls" ? "tool_calls" : "stop";
+}
+
+// OpenAI's tool_calls array (with each call's index, for stream deltas).
+Json ToolCallsJson(const std::vector<hetero::ToolCall>& calls, bool with_index) {
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json c = {{"id", calls[i].id}, {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments_json}}}};
+    if (with_index) c["index"] = i;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
 
 // The server: the engine, the limits, and the sessions running now (cancelled on drain).
 class Server {
@@ -279,11 +293,17 @@ class Server {
     const std::string id = NextId("chatcmpl-");
     if (!request->stream) {
       Tracked tracked(*this, session.get());
-      absl::StatusOr<hetero::RunResult> result = session->Run(request->user_message, request->run);
+      absl::StatusOr<hetero::RunResult> result = request->resume ? session->Continue(request->run)
+                                                                 : session->Run(request->user_message, request->run);
       if (!result.ok()) return StatusError(res, endpoint, result.status());
       metrics_.CountGeneration(result->report);
+      Json message = {{"role", "assistant"}, {"content", result->text}};
+      if (!result->tool_calls.empty()) {
+        if (result->text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = ToolCallsJson(result->tool_calls, /*with_index=*/false);
+      }
       Json choice = {{"index", 0},
-                     {"message", {{"role", "assistant"}, {"content", result->text}}},
+                     {"message", std::move(message)},
                      {"finish_reason", FinishReason(result->report.stop_reason)},
                      {"logprobs", request->run.logprobs >= 0 ? Logprobs(result->logprobs) : Json(nullptr)}};
       return Reply(res, endpoint, 200, Dump(Response(id, "chat.completion", std::move(choice), result->report)));
@@ -307,9 +327,12 @@ class Server {
       hetero::RunOptions run = request->run;
       run.on_text = [&](std::string_view piece) { return chunk({{"content", std::string(piece)}}, nullptr); };
       Tracked tracked(*this, session.get());
-      absl::StatusOr<hetero::RunResult> result = session->Run(request->user_message, run);
+      absl::StatusOr<hetero::RunResult> result =
+          request->resume ? session->Continue(run) : session->Run(request->user_message, run);
       if (result.ok()) {
         metrics_.CountGeneration(result->report);
+        // The calls in one delta once the reply is complete, each with its index.
+        if (!result->tool_calls.empty()) chunk({{"tool_calls", ToolCallsJson(result->tool_calls, true)}}, nullptr);
         chunk(Json::object(), FinishReason(result->report.stop_reason));
         if (request->include_usage) chunk(nullptr, nullptr, Usage(result->report));
       } else if (!absl::IsCancelled(result.status())) {

@@ -162,6 +162,71 @@ bool Sampling(Fields& f, SamplingParams& s) {
   return true;
 }
 
+// `tools`, `tool_choice` and `parallel_tool_calls` into a registry the model's calls are held
+// to; the server's client runs the tools (RunOptions::return_tool_calls).
+bool Tools(Fields& f, RunOptions& run) {
+  const Json& body = f.body;
+  std::string choice = "auto";
+  std::string named;
+  if (f.Has("tool_choice")) {
+    const Json& c = body["tool_choice"];
+    if (c.is_string() && (c == "none" || c == "auto" || c == "required")) {
+      choice = c.get<std::string>();
+    } else if (c.is_object() && c.contains("function") && c["function"].is_object() && c["function"].contains("name") &&
+               c["function"]["name"].is_string()) {
+      choice = "named";
+      named = c["function"]["name"].get<std::string>();
+    } else {
+      return f.Fail("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  }
+  bool parallel = true;
+  if (!f.Bool("parallel_tool_calls", parallel)) return false;
+  if (!f.Has("tools")) {
+    if (choice == "required" || choice == "named") return f.Fail("tool_choice", "'tool_choice' needs 'tools'");
+    return true;
+  }
+  if (!body["tools"].is_array() || body["tools"].empty() || body["tools"].size() > 128) {
+    return f.Fail("tools", "'tools' must be an array of 1 to 128 tools");
+  }
+  if (choice == "none") return true;  // described to nobody: the model answers
+  if (!run.response_schema_json.empty()) {
+    return f.Fail("response_format", "'response_format' with 'tools' is not supported by hetero-serve yet");
+  }
+  auto registry = std::make_shared<ToolRegistry>();
+  for (size_t i = 0; i < body["tools"].size(); ++i) {
+    const Json& t = body["tools"][i];
+    const std::string param = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object()) {
+      return f.Fail(param, "a tool must be {\"type\": \"function\", \"function\": {...}}");
+    }
+    const Json& fn = t["function"];
+    if (!fn.contains("name") || !fn["name"].is_string()) return f.Fail(param + ".function.name", "a function needs a 'name'");
+    Tool tool;
+    tool.name = fn["name"].get<std::string>();
+    tool.description = fn.contains("description") && fn["description"].is_string() ? fn["description"].get<std::string>() : "";
+    tool.parameters_json = fn.contains("parameters") && fn["parameters"].is_object()
+                               ? fn["parameters"].dump()
+                               : std::string(R"({"type": "object", "properties": {}})");
+    // Never called: the calls go back to the client (return_tool_calls).
+    tool.handler = [](const std::string&) -> absl::StatusOr<std::string> {
+      return absl::InternalError("hetero-serve returns tool calls to its client");
+    };
+    if (absl::Status s = registry->Register(std::move(tool)); !s.ok()) return f.Fail(param, std::string(s.message()));
+  }
+  if (choice == "named" && registry->Find(named) == nullptr) {
+    return f.Fail("tool_choice", "'tool_choice' names '" + named + "', which is not one of 'tools'");
+  }
+  run.tool_registry = std::move(registry);
+  run.return_tool_calls = true;
+  run.tool_choice = choice == "required" ? RunOptions::ToolChoice::kRequired
+                    : choice == "named"  ? RunOptions::ToolChoice::kNamed
+                                         : RunOptions::ToolChoice::kAuto;
+  run.tool_choice_name = named;
+  run.max_parallel_calls = parallel ? 0 : 1;
+  return true;
+}
+
 }  // namespace
 
 bool ParseChatRequest(const std::string& text, int max_tokens_default, ChatRequest& out, RequestError& error) {
@@ -170,9 +235,8 @@ bool ParseChatRequest(const std::string& text, int max_tokens_default, ChatReque
   Fields f{body, error};
   if (!f.OnlyKnown({"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed", "stop",
                     "stream", "stream_options", "response_format", "n", "frequency_penalty", "presence_penalty",
-                    "logprobs", "top_logprobs", "user"},
-                   {"tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "logit_bias",
-                    "audio", "modalities", "prediction"})) {
+                    "logprobs", "top_logprobs", "user", "tools", "tool_choice", "parallel_tool_calls"},
+                   {"functions", "function_call", "logit_bias", "audio", "modalities", "prediction"})) {
     return false;
   }
   if (!f.String("model", out.model, true) || !f.N() || !f.MaxTokens(max_tokens_default, out.run.max_tokens) ||
@@ -215,26 +279,61 @@ bool ParseChatRequest(const std::string& text, int max_tokens_default, ChatReque
     }
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";
-    if (role == "tool" || m.contains("tool_calls")) {
-      return f.Fail(param, "tool messages and tool calls are not supported by hetero-serve yet");
-    }
-    if (role != "system" && role != "user" && role != "assistant") {
-      return f.Fail(param + ".role", "'role' must be system, developer, user or assistant");
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return f.Fail(param + ".role", "'role' must be system, developer, user, assistant or tool");
     }
     for (const auto& [key, value] : m.items()) {
-      if (key != "role" && key != "content" && key != "name") return f.Fail(param + "." + key, "unknown field '" + key + "'");
+      if (key != "role" && key != "content" && key != "name" && key != "tool_calls" && key != "tool_call_id" &&
+          key != "refusal") {
+        return f.Fail(param + "." + key, "unknown field '" + key + "'");
+      }
     }
     if (!m.contains("content") && role != "assistant") return f.Fail(param + ".content", "'content' is required");
     ChatMessage message{role, ""};
     if (m.contains("content") && !MessageText(m["content"], param + ".content", message.content, f)) return false;
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      if (role != "assistant" || !m["tool_calls"].is_array()) {
+        return f.Fail(param + ".tool_calls", "'tool_calls' must be an array, on an assistant message");
+      }
+      for (size_t k = 0; k < m["tool_calls"].size(); ++k) {
+        const Json& c = m["tool_calls"][k];
+        const std::string cp = param + ".tool_calls[" + std::to_string(k) + "]";
+        if (!c.is_object() || !c.contains("id") || !c["id"].is_string() || !c.contains("function") ||
+            !c["function"].is_object() || !c["function"].contains("name") || !c["function"]["name"].is_string() ||
+            !c["function"].contains("arguments") || !c["function"]["arguments"].is_string()) {
+          return f.Fail(cp, "a tool call needs an 'id' and a 'function' with 'name' and 'arguments' strings");
+        }
+        message.tool_calls.push_back({c["id"].get<std::string>(), c["function"]["name"].get<std::string>(),
+                                      c["function"]["arguments"].get<std::string>()});
+      }
+    }
+    if (role == "tool") {
+      if (!m.contains("tool_call_id") || !m["tool_call_id"].is_string()) {
+        return f.Fail(param + ".tool_call_id", "a tool message needs its 'tool_call_id'");
+      }
+      message.tool_call_id = m["tool_call_id"].get<std::string>();
+      // The tool's name, from the call it answers.
+      for (const ChatMessage& earlier : out.history) {
+        for (const ToolCall& call : earlier.tool_calls) {
+          if (call.id == message.tool_call_id) message.name = call.name;
+        }
+      }
+      if (message.name.empty()) return f.Fail(param + ".tool_call_id", "no earlier tool call has this id");
+    }
     if (i + 1 == messages.size()) {
-      if (role != "user") return f.Fail(param + ".role", "the last message must be the user's");
-      out.user_message = std::move(message.content);
+      if (role == "tool") {
+        out.resume = true;
+        out.history.push_back(std::move(message));
+      } else if (role == "user") {
+        out.user_message = std::move(message.content);
+      } else {
+        return f.Fail(param + ".role", "the last message must be the user's or a tool result");
+      }
     } else {
       out.history.push_back(std::move(message));
     }
   }
-  return true;
+  return Tools(f, out.run);
 }
 
 bool ParseCompletionRequest(const std::string& text, int max_tokens_default, CompletionRequest& out,

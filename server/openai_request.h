@@ -9,6 +9,7 @@
 
 #include "hetero/chat.h"
 #include "hetero/engine.h"
+#include "hetero/tools.h"
 
 namespace hetero::serve {
 
@@ -22,8 +23,9 @@ struct RequestError {
 
 struct ChatRequest {
   std::string model;
-  std::vector<ChatMessage> history;  // every message before the last
+  std::vector<ChatMessage> history;  // every message before the last (all of them when `resume`)
   std::string user_message;          // the last message, a user turn
+  bool resume = false;               // the last message is a tool result: Session::Continue
   RunOptions run;                    // sampling, stop, max_tokens, response schema, logprobs
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage

@@ -186,5 +186,64 @@ TEST(AgentLoopTest, RunsWithAndWithoutToolsInOneSession) {
   }
 }
 
+// An API server's loop: the calls come back to the caller instead of running (required and
+// named tool_choice hold the reply to them), the caller adds the results, and Continue
+// answers from there; misuse is refused.
+TEST(AgentLoopTest, ToolCallsReturnToTheCallerAndContinueAnswers) {
+  HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
+  auto engine = DefaultEngine(1);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::atomic<int> ran{0};
+  auto tools = std::make_shared<ToolRegistry>();
+  for (const char* name : {"search", "weather"}) {
+    ASSERT_TRUE(tools->Register(MakeTool(name, "Looks things up.", [&](const std::string&) -> absl::StatusOr<std::string> {
+                  ++ran;
+                  return std::string("{}");
+                })).ok());
+  }
+  RunOptions o;
+  o.max_tokens = 64;
+  o.tool_registry = tools;
+  o.return_tool_calls = true;
+  o.tool_choice = RunOptions::ToolChoice::kNamed;
+  o.tool_choice_name = "weather";
+  o.max_parallel_calls = 1;
+  auto session = (*engine)->NewSession();
+  auto r = (*session)->Run("Tell me about rivers.", o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->report.stop_reason, "tool_calls");
+  ASSERT_EQ(r->tool_calls.size(), 1u);
+  EXPECT_EQ(r->tool_calls[0].name, "weather");
+  EXPECT_EQ(r->tool_calls[0].id, "call_0_0");
+  EXPECT_TRUE(tools->ValidateArguments("weather", r->tool_calls[0].arguments_json).ok());
+  EXPECT_EQ(ran.load(), 0) << "the caller runs the tools";
+  std::vector<ChatMessage> history = (*session)->messages();
+  ASSERT_FALSE(history.empty());
+  EXPECT_EQ(history.back().tool_calls.size(), 1u) << "the turn joined the conversation with its call";
+
+  // The caller's result, then the assistant goes on from it.
+  history.push_back(ChatMessage{"tool", "{\"weather\": \"sunny\"}", {}, "call_0_0", "weather"});
+  auto resumed = (*engine)->NewSessionWithHistory(history);
+  ASSERT_TRUE(resumed.ok());
+  RunOptions answer = o;
+  answer.tool_choice = RunOptions::ToolChoice::kAuto;
+  auto next = (*resumed)->Continue(answer);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_GT(next->report.generated_tokens, 0);
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ((*resumed)->Continue(answer).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "an assistant turn ends the conversation now";
+
+  RunOptions bad = o;
+  bad.tool_choice_name = "nope";
+  EXPECT_EQ((*session)->Run("x", bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.tool_registry = nullptr;
+  EXPECT_EQ((*session)->Run("x", bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = o;
+  bad.constrain_tool_calls = false;
+  EXPECT_EQ((*session)->Run("x", bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace hetero

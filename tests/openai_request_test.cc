@@ -74,9 +74,25 @@ TEST(OpenAiRequestTest, EveryRefusalNamesItsField) {
       {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0]",
        "only text"},
       {R"({"model": "m", "messages": [{"role": "tool", "content": "5"}, {"role": "user", "content": "x"}]})",
-       "messages[0]", "not supported by hetero-serve yet"},
+       "messages[0].tool_call_id", "needs its 'tool_call_id'"},
+      {R"({"model": "m", "messages": [{"role": "tool", "content": "5", "tool_call_id": "c9"}]})",
+       "messages[0].tool_call_id", "no earlier tool call"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": []}]})", "messages[0].tool_calls",
+       "assistant message"},
       {R"({"model": "m", "messages": [{"role": "user", "content": "x", "colour": 1}]})", "messages[0].colour", "unknown"},
-      {R"({"model": "m", "tools": [], "messages": [{"role": "user", "content": "x"}]})", "tools", "not supported"},
+      {R"({"model": "m", "tools": [], "messages": [{"role": "user", "content": "x"}]})", "tools", "1 to 128"},
+      {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "always",
+          "messages": [{"role": "user", "content": "x"}]})", "tool_choice", "must be none"},
+      {R"({"model": "m", "tool_choice": "required", "messages": [{"role": "user", "content": "x"}]})", "tool_choice",
+       "needs 'tools'"},
+      {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f"}}],
+          "tool_choice": {"type": "function", "function": {"name": "g"}}, "messages": [{"role": "user", "content": "x"}]})",
+       "tool_choice", "not one of"},
+      {R"({"model": "m", "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+          "patternProperties": {}}}}], "messages": [{"role": "user", "content": "x"}]})", "tools[0]", "patternProperties"},
+      {R"({"model": "m", "tools": [{"type": "retrieval"}], "messages": [{"role": "user", "content": "x"}]})", "tools[0]",
+       "must be"},
+      {R"({"model": "m", "logit_bias": {}, "messages": [{"role": "user", "content": "x"}]})", "logit_bias", "not supported"},
       {R"({"model": "m", "bogus": 1, "messages": [{"role": "user", "content": "x"}]})", "bogus", "unknown field"},
       {R"({"model": "m", "temperature": 3, "messages": [{"role": "user", "content": "x"}]})", "temperature", "between 0 and 2"},
       {R"({"model": "m", "top_p": 0, "messages": [{"role": "user", "content": "x"}]})", "top_p", "between"},
@@ -111,6 +127,38 @@ TEST(OpenAiRequestTest, EveryRefusalNamesItsField) {
   EXPECT_FALSE(ParseChatRequest("{not json", 10, r, e));
   EXPECT_THAT(e.message, HasSubstr("not valid JSON"));
   EXPECT_FALSE(ParseChatRequest(std::string("{\"model\": \"\xff\"}"), 10, r, e)) << "invalid UTF-8 is not JSON";
+}
+
+TEST(OpenAiRequestTest, ToolsBecomeARegistryWhoseCallsReturnToTheClient) {
+  ChatRequest r;
+  RequestError e;
+  ASSERT_TRUE(ParseChatRequest(R"({"model": "m", "parallel_tool_calls": false,
+      "tools": [{"type": "function", "function": {"name": "add", "description": "Adds.",
+                 "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                                "required": ["a", "b"]}}},
+                {"type": "function", "function": {"name": "now"}}],
+      "tool_choice": {"type": "function", "function": {"name": "add"}},
+      "messages": [{"role": "user", "content": "2+3?"},
+                   {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "add", "arguments": "{\"a\": 2, \"b\": 3}"}}]},
+                   {"role": "tool", "tool_call_id": "call_1", "content": "5"}]})",
+                               64, r, e))
+      << e.message;
+  ASSERT_NE(r.run.tool_registry, nullptr);
+  EXPECT_EQ(r.run.tool_registry->size(), 2u);
+  EXPECT_TRUE(r.run.return_tool_calls);
+  EXPECT_EQ(r.run.tool_choice, RunOptions::ToolChoice::kNamed);
+  EXPECT_EQ(r.run.tool_choice_name, "add");
+  EXPECT_EQ(r.run.max_parallel_calls, 1);
+  EXPECT_TRUE(r.resume) << "the last message is a tool result";
+  ASSERT_EQ(r.history.size(), 3u);
+  EXPECT_EQ(r.history[1].tool_calls.at(0).arguments_json, "{\"a\": 2, \"b\": 3}");
+  EXPECT_EQ(r.history[2].name, "add") << "named after the call it answers";
+  ChatRequest none;
+  ASSERT_TRUE(ParseChatRequest(R"({"model": "m", "tool_choice": "none",
+      "tools": [{"type": "function", "function": {"name": "now"}}], "messages": [{"role": "user", "content": "x"}]})",
+                               64, none, e));
+  EXPECT_EQ(none.run.tool_registry, nullptr) << "none: the model just answers";
 }
 
 TEST(OpenAiRequestTest, CompletionsAndEmbeddings) {

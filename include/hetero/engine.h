@@ -172,6 +172,9 @@ struct RunResult {
   // With RunOptions::logprobs >= 0: each token of the last Generate stage as generated (with
   // tools in the generic format, its envelope's tokens too), in order.
   std::vector<TokenLogprob> logprobs;
+  // With RunOptions::return_tool_calls: the calls the model made (ids "call_<round>_<i>");
+  // `text` is then whatever text came with them.
+  std::vector<ToolCall> tool_calls;
 };
 
 // A caller's tool support: whether a reply is a tool call, and running it (returning the
@@ -211,6 +214,17 @@ struct RunOptions {
   // registered names and each tool's argument schema.
   bool constrain_tool_calls = true;
   size_t max_tool_result_bytes = 16384;  // longer results are cut, and the model told
+  // With tool_registry: end the run at the model's first tool calls and return them
+  // (RunResult::tool_calls, stop_reason "tool_calls") instead of running them, as an API
+  // server does (its client runs the tools). The turn joins the conversation with its calls.
+  bool return_tool_calls = false;
+  // With tool_registry: kAuto lets the model answer or call; kRequired holds the first reply
+  // to calls (constrained decoding); kNamed to calls of `tool_choice_name` only (OpenAI's
+  // tool_choice). At most `max_parallel_calls` calls per reply in the generic format (0: any).
+  enum class ToolChoice { kAuto, kRequired, kNamed };
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;
+  int max_parallel_calls = 0;
   // A JSON schema (the tool schema subset, docs/TOOLS.md; an object at its root)
   // that the whole reply is held to by constrained decoding, like OpenAI's response_format
   // json_schema: the reply is one JSON value that parses and passes the schema, closed
@@ -286,6 +300,11 @@ class HETERO_EXPORT Session {
   // queue is full; Cancelled after Cancel() or on_text returning false; DeadlineExceeded
   // past the timeout. A failed Run leaves the conversation as it was.
   absl::StatusOr<RunResult> Run(const std::string& user_message, const RunOptions& options = {});
+  // Runs the assistant's next turn after the conversation as it stands (it ends with a tool
+  // result or a user turn, e.g. from Engine::NewSessionWithHistory), with no new user
+  // message; the safety gate and router, which read new user text, do not run.
+  // FailedPrecondition when the conversation ends with an assistant or system turn.
+  absl::StatusOr<RunResult> Continue(const RunOptions& options = {});
 
   // Ends the Run in progress (from any thread); its KV cache is released.
   void Cancel();
@@ -310,6 +329,7 @@ class HETERO_EXPORT Session {
  private:
   friend class Engine;
   explicit Session(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  absl::StatusOr<RunResult> RunTurn(const std::string* user_message, const RunOptions& options);
   std::shared_ptr<State> state_;
 };
 

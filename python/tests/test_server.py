@@ -131,7 +131,7 @@ def test_errors_and_still_serving(server, client):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match="not supported by hetero-serve yet"):
         client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "hi"}],
-                                       tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}])
+                                       logit_bias={"1": 5})
     with pytest.raises(openai.BadRequestError, match="temperature"):
         client.chat.completions.create(model="smol", temperature=5, messages=[{"role": "user", "content": "hi"}])
     status, body = _raw(server, "/v1/chat/completions", b"{not json")
@@ -157,3 +157,46 @@ def test_metrics(server, client):
                  'hetero_requests_total{endpoint="/v1/chat/completions",code="200"}',
                  "hetero_time_to_first_token_seconds_bucket", "hetero_energy_joules_total"):
         assert name in text, name
+
+
+ADD = {"type": "function", "function": {
+    "name": "add", "description": "Adds two numbers.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                   "required": ["a", "b"]}}}
+NOW = {"type": "function", "function": {"name": "current_time", "description": "The time now.",
+                                        "parameters": {"type": "object", "properties": {}}}}
+
+
+def test_tools_required_named_and_the_result_fed_back(client):
+    question = [{"role": "user", "content": "What is 2.5 plus 4?"}]
+    r = client.chat.completions.create(model="smol", max_tokens=64, messages=question, tools=[ADD, NOW],
+                                       tool_choice="required")
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls
+    assert calls and all(c.function.name in ("add", "current_time") for c in calls)
+    for c in calls:
+        json.loads(c.function.arguments)  # valid JSON by construction
+    named = client.chat.completions.create(model="smol", max_tokens=64, messages=question, tools=[ADD, NOW],
+                                           tool_choice={"type": "function", "function": {"name": "current_time"}},
+                                           parallel_tool_calls=False)
+    assert [c.function.name for c in named.choices[0].message.tool_calls] == ["current_time"]
+    add = client.chat.completions.create(model="smol", max_tokens=64, messages=question, tools=[ADD],
+                                         tool_choice={"type": "function", "function": {"name": "add"}})
+    call = add.choices[0].message.tool_calls[0]
+    arguments = json.loads(call.function.arguments)
+    assert set(arguments) >= {"a", "b"} and all(isinstance(v, (int, float)) for v in arguments.values())
+    # The client runs the tool and sends the result back: the model answers.
+    answer = client.chat.completions.create(model="smol", max_tokens=32, tools=[ADD], messages=question + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": "add", "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": "6.5"}])
+    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    # Streamed: the calls arrive as deltas with their index.
+    deltas = []
+    for chunk in client.chat.completions.create(model="smol", max_tokens=64, messages=question, tools=[ADD],
+                                                tool_choice="required", stream=True):
+        for c in chunk.choices:
+            deltas.extend(c.delta.tool_calls or [])
+    assert deltas and [d.index for d in deltas] == list(range(len(deltas)))
+    assert all(d.function.name == "add" for d in deltas)

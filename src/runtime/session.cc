@@ -92,6 +92,12 @@ int Session::kv_tokens() const {
 }
 
 absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const RunOptions& options) {
+  return RunTurn(&user_message, options);
+}
+
+absl::StatusOr<RunResult> Session::Continue(const RunOptions& options) { return RunTurn(nullptr, options); }
+
+absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, const RunOptions& options) {
   State& s = *state_;
   for (size_t i = 0; i < options.stop.size(); ++i) {
     // An empty stop string would match at once and end every reply before it starts.
@@ -101,6 +107,18 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     return absl::InvalidArgumentError(
         absl::StrCat("RunOptions::logprobs is ", options.logprobs, ", expected -1 (off) or 0 to ", kMaxTopLogprobs));
   }
+  if (options.tool_registry == nullptr && (options.return_tool_calls || options.tool_choice != RunOptions::ToolChoice::kAuto)) {
+    return absl::InvalidArgumentError("RunOptions::return_tool_calls and tool_choice need a tool_registry");
+  }
+  if (options.tool_choice != RunOptions::ToolChoice::kAuto && !options.constrain_tool_calls) {
+    return absl::InvalidArgumentError("RunOptions::tool_choice required or named needs constrain_tool_calls");
+  }
+  if (options.tool_choice == RunOptions::ToolChoice::kNamed &&
+      options.tool_registry->Find(options.tool_choice_name) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunOptions::tool_choice_name '", options.tool_choice_name, "' is not a registered tool"));
+  }
+  if (options.max_parallel_calls < 0) return absl::InvalidArgumentError("RunOptions::max_parallel_calls is negative");
   std::shared_ptr<const internal::Grammar> response_grammar;
   if (!options.response_schema_json.empty()) {
     if (options.tool_registry != nullptr) {
@@ -123,7 +141,14 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
     messages = s.messages;
     generated = s.generated;
   }
-  messages.push_back(ChatMessage{"user", user_message, {}, "", ""});
+  if (user_message != nullptr) {
+    messages.push_back(ChatMessage{"user", *user_message, {}, "", ""});
+  } else if (messages.empty() || messages.back().role == "assistant" || messages.back().role == "system") {
+    MutexLock lock(&s.mu);
+    s.running = false;
+    return absl::FailedPreconditionError(
+        "Continue: the conversation must end with a user turn or a tool result for the assistant to answer");
+  }
   TaskContext task;
   task.services = s.engine->services.get();
   task.task_id = s.engine->next_task++;
@@ -137,6 +162,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
 
   const ToolRegistry* registry = options.tool_registry.get();
   task.response_grammar = std::move(response_grammar);
+  std::shared_ptr<const internal::Grammar> forced_calls;  // tool_choice required or named
   if (registry != nullptr) {
     task.tool_format = internal::ResolveToolFormat(*s.engine->chat, options.tool_format);
     task.report.tool_format = std::string(ToolCallFormatName(task.tool_format));
@@ -148,15 +174,31 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
         schemas.push_back(&registry->schema(i).root());
       }
       if (task.tool_format == ToolCallFormat::kGeneric) task.answer_grammar = internal::Grammar::GenericReply({}, {});
+      const int max_calls = options.max_parallel_calls > 0 ? options.max_parallel_calls : 4;
+      const char* arguments_key = task.tool_format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
       task.tool_grammar = task.tool_format == ToolCallFormat::kGeneric
-                              ? internal::Grammar::GenericReply(names, schemas)
-                              : internal::Grammar::ToolCall(names, schemas,
-                                                            task.tool_format == ToolCallFormat::kLlama3 ? "parameters"
-                                                                                                         : "arguments");
+                              ? internal::Grammar::GenericReply(names, schemas, max_calls)
+                              : internal::Grammar::ToolCall(names, schemas, arguments_key);
+      if (options.tool_choice != RunOptions::ToolChoice::kAuto) {
+        std::vector<std::string> chosen_names;
+        std::vector<const internal::SchemaNode*> chosen_schemas;
+        for (size_t i = 0; i < names.size(); ++i) {
+          if (options.tool_choice == RunOptions::ToolChoice::kNamed && names[i] != options.tool_choice_name) continue;
+          chosen_names.push_back(names[i]);
+          chosen_schemas.push_back(schemas[i]);
+        }
+        forced_calls = task.tool_format == ToolCallFormat::kGeneric
+                           ? internal::Grammar::GenericReply(chosen_names, chosen_schemas, max_calls, /*calls_only=*/true)
+                           : internal::Grammar::ToolCall(chosen_names, chosen_schemas, arguments_key);
+      }
     }
   }
 
-  absl::Status status = RunUnderstandGate(task, user_message, registry);
+  // The gate reads the new user text; a continued conversation brings none.
+  absl::Status status = user_message != nullptr ? RunUnderstandGate(task, *user_message, registry) : absl::OkStatus();
+  // tool_choice holds the first reply to calls, whatever the router's route said.
+  if (forced_calls != nullptr) task.route_grammar = std::move(forced_calls);
+  std::vector<ToolCall> returned_calls;
   std::string answer;
   std::vector<std::string> earlier_calls;  // name + arguments of every call so far
   if (status.ok() && task.refusal.has_value()) {
@@ -206,6 +248,23 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
              options.tools.is_tool_call(task.reply);
       answer = task.reply;
     }
+    if (tool && options.return_tool_calls) {
+      // The caller runs the tools: the turn joins the conversation with its calls, as the
+      // ToolCall stage would have added it, and the run ends here.
+      ChatMessage turn{"assistant", task.parsed.text};
+      for (size_t i = 0; i < task.parsed.calls.size(); ++i) {
+        const ParsedToolCall& call = task.parsed.calls[i];
+        if (!call.error.empty()) continue;
+        turn.tool_calls.push_back({absl::StrCat("call_", round, "_", i), call.name, call.arguments_json});
+        if (task.tool_format == ToolCallFormat::kLlama3) break;  // one call per Llama 3.1 turn
+      }
+      returned_calls = turn.tool_calls;
+      generated[messages.size()] = {task.tool_format, task.reply};
+      messages.push_back(std::move(turn));
+      answer = task.parsed.text;
+      task.report.stop_reason = "tool_calls";
+      break;
+    }
     if (!tool) {
       // With tools, the conversation keeps the answer, not the reply format around it; the
       // reply as generated is kept aside for later runs in the same format.
@@ -240,7 +299,7 @@ absl::StatusOr<RunResult> Session::Run(const std::string& user_message, const Ru
   // The session's KV is now free or evictable: a job waiting for memory may go.
   s.engine->devices->PokeAll();
   if (!status.ok()) return status;
-  return RunResult{answer, std::move(task.report), std::move(task.token_logprobs)};
+  return RunResult{answer, std::move(task.report), std::move(task.token_logprobs), std::move(returned_calls)};
 }
 
 }  // namespace hetero
