@@ -402,13 +402,9 @@ class Server {
     RequestError e;
     if (!hetero::serve::ParseEmbeddingRequest(req.body, request, e)) return Error(res, endpoint, e);
     if (!KnownModel(request.model, res, endpoint)) return;
-    int tokens = 0;
-    for (const std::string& text : request.inputs) {
-      absl::StatusOr<std::vector<int32_t>> ids = engine_->tokenizer().Encode(text, false, false);
-      if (ids.ok()) tokens += static_cast<int>(ids->size());
-    }
     absl::StatusOr<hetero::EmbedResult> result = engine_->EmbedWithReport(request.inputs);
     if (!result.ok()) return StatusError(res, endpoint, result.status());
+    const int tokens = result->report.tokens_in;  // the stage counted them
     Json data = Json::array();
     for (size_t i = 0; i < result->embeddings.size(); ++i) {
       const std::vector<float>& v = result->embeddings[i];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ struct Engine::Impl {
   std::unique_ptr<StageServices> services;
   std::unique_ptr<internal::EnergyMeter> energy;  // null when measure_energy is off
   std::atomic<uint64_t> next_task{1};
+  // The vocabulary's hash for session state (session_state_io.cc), computed on first use.
+  std::once_flag vocabulary_hash_once;
+  uint64_t vocabulary_hash = 0;
 
   mutable Mutex mu;
   std::vector<std::weak_ptr<Session::State>> sessions ABSL_GUARDED_BY(mu);

@@ -19,19 +19,22 @@ namespace {
 
 // What a state must match to restore here: the KV's shape and the vocabulary (the tokens
 // the KV and the conversation were encoded with), not the weights' quantization.
-internal::SessionStateModel StateModel(const Engine::Impl& engine) {
+internal::SessionStateModel StateModel(Engine::Impl& engine) {
   const ModelConfig& c = engine.model->config();
   internal::SessionStateModel m;
   m.layout = KvBlockLayout{c.n_layers, c.n_kv_heads, c.head_dim, BackendRequest{}.kv_block_tokens};
   const Tokenizer& tokenizer = *engine.tokenizer_owned;
   m.n_vocab = static_cast<uint32_t>(tokenizer.vocab_size());
-  uint64_t hash = internal::Fnv1a64("");
-  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    const std::string_view text = tokenizer.TokenText(id);
-    hash = internal::Fnv1a64(text, hash);
-    hash = internal::Fnv1a64(std::string_view("\0", 1), hash);  // token boundaries count
-  }
-  m.vocabulary_hash = hash;
+  // Every token's text, once per engine (tens of thousands of tokens), not once per save.
+  std::call_once(engine.vocabulary_hash_once, [&] {
+    uint64_t hash = internal::Fnv1a64("");
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      hash = internal::Fnv1a64(tokenizer.TokenText(id), hash);
+      hash = internal::Fnv1a64(std::string_view("\0", 1), hash);  // token boundaries count
+    }
+    engine.vocabulary_hash = hash;
+  });
+  m.vocabulary_hash = engine.vocabulary_hash;
   return m;
 }
 
