@@ -208,6 +208,24 @@ std::vector<CorruptCase> Cases() {
   c.push_back({"ControlBytesInNamesAreEscaped", [] {
     return OneKey("evil\x1b[2J", kBool, {9}); },
     "bool value of 'evil\\x1b[2J' is 9"});
+  // -- text that is not UTF-8 (the offset is the bad byte's: header 24 + length 8)
+  c.push_back({"KeyNotUtf8", [] { return OneKey("\xff\xfe", kBool, {1}); },
+    "metadata key is not valid UTF-8: byte 0xff at position 0 of the string ('\\xff\\xfe') (at byte offset 32)"});
+  c.push_back({"KeyOverlongEncoding", [] { return OneKey("a\xc0\xaf", kBool, {1}); },
+    "metadata key is not valid UTF-8: byte 0xc0 at position 1"});
+  c.push_back({"KeySurrogate", [] { return OneKey("x\xed\xa0\x80", kBool, {1}); },
+    "byte 0xed at position 1"});
+  c.push_back({"KeyPastU10FFFF", [] { return OneKey("\xf4\x90\x80\x80", kBool, {1}); },
+    "byte 0xf4 at position 0"});
+  c.push_back({"StringValueCutMidSequence", [] {
+    std::vector<uint8_t> p; AppendString(p, "price \xe2\x82"); return OneKey("k", kString, p); },
+    "string value is not valid UTF-8: byte 0xe2 at position 6"});
+  c.push_back({"StringValueStrayContinuation", [] {
+    std::vector<uint8_t> p; AppendString(p, "ok\x80"); return OneKey("k", kString, p); },
+    "byte 0x80 at position 2"});
+  c.push_back({"TensorNameNotUtf8", [] {
+    GgufBuilder b; b.AddTensorF32("blk.\xfe", {1}, {1}); return b.Build(); },
+    "tensor name is not valid UTF-8: byte 0xfe at position 4"});
   c.push_back({"DataSectionMissing", [] {
     return Mutated([](auto& b, const auto& l) { b.resize(l.tensor_infos_end); }); },
     "truncated"});
@@ -235,6 +253,18 @@ TEST_P(GgufCorruptTest, FailsWithAClearError) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GgufCorruptTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<CorruptCase>& info) { return info.param.name; });
+
+TEST(GgufCorruptTest, Utf8TextOfEveryLengthParses) {
+  // 2-, 3- and 4-byte sequences at the edges of their ranges, in keys, values and names.
+  GgufBuilder b;
+  b.AddString("general.name", "\xc2\x80 \xdf\xbf \xe0\xa0\x80 \xed\x9f\xbf \xef\xbf\xbf \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf");
+  b.AddString("\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87", "\xf0\x9f\x98\x80");
+  b.AddStringArray("tokenizer.ggml.tokens", {"\xe2\x96\x81" "a", "\xff"});  // vocabulary bytes pass through
+  b.AddTensorF32("\xc3\xa9", {1}, {1});
+  auto file = GgufFile::Parse(b.Build(), "utf8.gguf");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*(*file)->GetString("\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87"), "\xf0\x9f\x98\x80");
+}
 
 TEST(GgufCorruptTest, AtLeastThirtyCases) { EXPECT_GE(Cases().size(), 30u); }
 

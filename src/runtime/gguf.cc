@@ -74,6 +74,43 @@ std::string PrintableName(absl::string_view s) {
 
 namespace {
 constexpr auto Printable = PrintableName;
+
+// Position of the first byte that breaks UTF-8 (RFC 3629: no overlong forms, no surrogates,
+// nothing past U+10FFFF), or npos.
+size_t FirstInvalidUtf8(absl::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int extra;
+    unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + extra >= n) return i;  // the sequence is cut off by the end of the string
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (int k = 2; k <= extra; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return i;
+    }
+    i += extra + 1;
+  }
+  return absl::string_view::npos;
+}
 }  // namespace
 
 absl::string_view GgufValueTypeName(GgufValueType type) {
@@ -209,7 +246,10 @@ class GgufParser {
     return value;
   }
 
-  absl::StatusOr<absl::string_view> ReadString(absl::string_view what) {
+  // Keys, names and string values must be UTF-8 (the GGUF specification says so, and they
+  // reach logs, JSON and chat templates). Vocabulary arrays are read as bytes: tokenizers
+  // decode them themselves and some published vocabularies hold partial sequences.
+  absl::StatusOr<absl::string_view> ReadString(absl::string_view what, bool validate_utf8 = true) {
     const uint64_t start = pos_;
     HETERO_ASSIGN_OR_RETURN(uint64_t length, Read<uint64_t>(absl::StrCat(what, " length")));
     if (length > remaining()) {
@@ -217,7 +257,16 @@ class GgufParser {
                    " remain in the file");
     }
     absl::string_view s(reinterpret_cast<const char*>(bytes_.data() + pos_), length);
+    const uint64_t text_at = pos_;
     pos_ += length;
+    if (validate_utf8) {
+      const size_t bad = FirstInvalidUtf8(s);
+      if (bad != absl::string_view::npos) {
+        return Error(text_at + bad, what, " is not valid UTF-8: byte 0x",
+                     absl::Hex(static_cast<uint8_t>(s[bad]), absl::kZeroPad2), " at position ", bad,
+                     " of the string ('", PrintableName(s.substr(0, 64)), "')");
+      }
+    }
     return s;
   }
 
@@ -366,7 +415,7 @@ class GgufParser {
       case GgufValueType::kString:
         array->strings.reserve(array->size);
         for (uint64_t i = 0; i < array->size; ++i) {
-          HETERO_ASSIGN_OR_RETURN(absl::string_view s, ReadString("array string"));
+          HETERO_ASSIGN_OR_RETURN(absl::string_view s, ReadString("array string", /*validate_utf8=*/false));
           array->strings.push_back(s);
         }
         break;
