@@ -35,6 +35,7 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "d
 FP16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.IQ4_NL: [0], T.IQ4_XS: [0],
 }
 
 
@@ -94,7 +95,9 @@ def make_record(rng, qtype):
 def main():
     rng = np.random.default_rng(SEED)
     types = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0,
-             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K]
+             T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_K,
+             # Appended later: the records before them stay as they were.
+             T.IQ4_NL, T.IQ4_XS]
     records = [make_record(rng, t) for t in types]
     with open(OUT, "wb") as f:
         f.write(b"HDQV" + struct.pack("<II", 1, len(records)))

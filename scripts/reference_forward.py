@@ -8,7 +8,8 @@ little-endian float32, in case order).
 Cases: the default model on three prompts (8-64 tokens), and small random-weight models that
 the C++ tests also write themselves (tests/support/tiny_model.cc; the same splitmix64
 generator is reproduced here): a llama with grouped-query attention and odd sizes, a qwen2
-with biases and NeoX RoPE, and quantized (Q4_1, Q8_0, Q4_0) llamas for the native kernels.
+with biases and NeoX RoPE, quantized (Q4_1, Q8_0, Q4_0) llamas for the native kernels, and two llamas mixing the block
+formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS) per matrix as Q4_K_M files do.
 
     python3 -m pip install gguf==0.19.0 numpy tokenizers==0.23.3
     python3 scripts/reference_forward.py models/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -56,7 +57,15 @@ def fnv1a64(s):
     return h
 
 
-QUANT = {"Q4_0": T.Q4_0, "Q4_1": T.Q4_1, "Q8_0": T.Q8_0}
+# Per quantized type: the divisor of the scale, and its fp16 fields as (byte offset,
+# multiplier), as QuantFields in tests/support/tiny_model.cc.
+QUANT_FIELDS = {
+    "Q4_0": (8.0, [(0, 1.0)]), "Q4_1": (8.0, [(0, 1.0), (2, -8.0)]), "Q8_0": (127.0, [(0, 1.0)]),
+    "Q5_0": (16.0, [(0, 1.0)]), "Q5_1": (16.0, [(0, 1.0), (2, -16.0)]), "IQ4_NL": (100.0, [(0, 1.0)]),
+    "Q2_K": (16.0, [(80, 1.0), (82, 1.5)]), "Q3_K": (128.0, [(108, 1.0)]),
+    "Q4_K": (256.0, [(0, 1.0), (2, 7.5)]), "Q5_K": (512.0, [(0, 1.0), (2, 15.5)]),
+    "Q6_K": (2048.0, [(208, 1.0)]), "IQ4_XS": (3200.0, [(0, 1.0)]),
+}
 
 
 def tiny_tensor(opts, name, shape, is_matrix, mean, scale):
@@ -64,19 +73,22 @@ def tiny_tensor(opts, name, shape, is_matrix, mean, scale):
     n = int(np.prod(shape))
     stream = Stream(opts["seed"] ^ fnv1a64(name))
     wtype = opts["weight_type"] if is_matrix else "F32"
-    if wtype in QUANT:
-        q = QUANT[wtype]
-        block_size, type_size = {T.Q4_0: (32, 18), T.Q4_1: (32, 20), T.Q8_0: (32, 34)}[q]
-        block_scale = np.float32(scale) / np.float32(127.0 if q == T.Q8_0 else 8.0)
+    if is_matrix:
+        key = name.split(".", 2)[2] if name.startswith("blk.") else name
+        wtype = opts.get("tensor_types", {}).get(key, wtype)
+    if wtype in QUANT_FIELDS:
+        q = T[wtype]
+        from gguf.constants import GGML_QUANT_SIZES
+        block_size, type_size = GGML_QUANT_SIZES[q]
+        divisor, fields = QUANT_FIELDS[wtype]
+        block_scale = np.float32(scale) / np.float32(divisor)
         blocks = np.zeros((n // block_size, type_size), dtype=np.uint8)
         for b in range(blocks.shape[0]):
             for i in range(type_size):
                 blocks[b, i] = stream.next() & 0xFF
-            d = np.float16(block_scale * (np.float32(1.25) + stream.uniform() / np.float32(4.0)))
-            blocks[b, 0:2] = np.frombuffer(d.tobytes(), dtype=np.uint8)
-            if q == T.Q4_1:
-                m = np.float16(np.float32(-8.0) * block_scale * (np.float32(1.25) + stream.uniform() / np.float32(4.0)))
-                blocks[b, 2:4] = np.frombuffer(m.tobytes(), dtype=np.uint8)
+            for offset, multiplier in fields:
+                v = np.float16(np.float32(multiplier) * block_scale * (np.float32(1.25) + stream.uniform() / np.float32(4.0)))
+                blocks[b, offset:offset + 2] = np.frombuffer(v.tobytes(), dtype=np.uint8)
         values = dequantize(blocks.reshape(-1), q).astype(np.float64)
     else:
         values = np.array([np.float32(mean) + np.float32(scale) * stream.uniform() for _ in range(n)], dtype=np.float32)
@@ -274,6 +286,18 @@ TINY = [
     dict(name="tiny-llama-q4_0", architecture="llama", n_layers=2, n_embd=96, n_heads=3, n_kv_heads=1, n_ff=160,
          n_vocab=64, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
          weight_type="Q4_0", seed=15),
+    # Appended later (the cases above keep their data). Mixed files, as llama-quantize's
+    # Q4_K_M and Q5_K_M write them, and every other block format once.
+    dict(name="tiny-llama-q4_k_m", architecture="llama", n_layers=2, n_embd=256, n_heads=4, n_kv_heads=2, n_ff=512,
+         n_vocab=80, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=False,
+         weight_type="Q4_K", seed=16,
+         tensor_types={"attn_v.weight": "Q6_K", "ffn_down.weight": "Q6_K", "attn_output.weight": "Q5_0",
+                       "output.weight": "Q6_K"}),
+    dict(name="tiny-llama-mixed-blocks", architecture="llama", n_layers=2, n_embd=256, n_heads=4, n_kv_heads=1, n_ff=768,
+         n_vocab=72, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
+         weight_type="Q5_K", seed=17,
+         tensor_types={"attn_k.weight": "Q5_1", "attn_v.weight": "Q3_K", "attn_output.weight": "IQ4_XS",
+                       "ffn_gate.weight": "Q2_K", "ffn_up.weight": "IQ4_NL"}),
 ]
 
 DEFAULT_PROMPTS = [

@@ -65,12 +65,17 @@ testing::TinyModelOptions ToOptions(const nlohmann::json& j) {
   o.rms_norm_eps = j["rms_norm_eps"].get<float>();
   o.tied_embeddings = j["tied_embeddings"].get<bool>();
   o.seed = j["seed"].get<uint32_t>();
-  const std::string type = j["weight_type"].get<std::string>();
-  o.weight_type = type == "F16"    ? TensorType::kF16
-                  : type == "Q4_1" ? TensorType::kQ4_1
-                  : type == "Q8_0" ? TensorType::kQ8_0
-                  : type == "Q4_0" ? TensorType::kQ4_0
-                                   : TensorType::kF32;
+  auto type_named = [](const std::string& name) {
+    for (const TensorTypeTraits& t : tensor_type_internal::kTraits) {
+      if (t.name == name) return t.type;
+    }
+    ADD_FAILURE() << "unknown weight type " << name;
+    return TensorType::kF32;
+  };
+  o.weight_type = type_named(j["weight_type"].get<std::string>());
+  if (j.contains("tensor_types")) {
+    for (const auto& [tensor, type] : j["tensor_types"].items()) o.tensor_types[tensor] = type_named(type.get<std::string>());
+  }
   return o;
 }
 
@@ -166,10 +171,17 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
       backend = std::move(*b);
       current = c.model;
     }
-    CheckAgainstReference(*backend, c, tolerance, GetParam().tie_margin, absl::StrCat(c.model, " prompt ", c.prompt.size()));
+    // The K-quant mixes' random sub-block scales (6-bit, 0..63) let a few blocks dominate
+    // each dot product, so int8 activations cost more there: 1.2-1.5% relative L2 on the
+    // native kernels (measured 2026-12-02), which match float64 of the quantized activations
+    // to 1e-5 in quant_blocks_test. Q4_1 weights of the same shapes give 0.2-0.4%.
+    const bool block_mix = c.options.contains("tensor_types");
+    const double case_tolerance = precision == CpuPrecision::kAuto && block_mix ? 2.5e-2 : tolerance;
+    CheckAgainstReference(*backend, c, case_tolerance, GetParam().tie_margin,
+                          absl::StrCat(c.model, " prompt ", c.prompt.size()));
     ++checked;
   }
-  EXPECT_EQ(checked, 15);
+  EXPECT_EQ(checked, 21);
 }
 
 TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {

@@ -163,12 +163,12 @@ TEST(ModelConfigTest, InconsistentHyperparameters) {
 TEST(ModelConfigTest, UnsupportedWeightTypeIsNamed) {
   TinyModelOptions o;
   o.omit_tensors = {"blk.0.attn_q.weight"};
-  // A 64 x 64 IQ4_NL matrix: 32-element blocks of 18 bytes.
+  // A 64 x 64 MXFP4 matrix: 32-element blocks of 17 bytes.
   testing::GgufBuilder right = TinyModelBuilder(o);
-  right.AddTensor("blk.0.attn_q.weight", {64, 64}, TensorType::kIQ4_NL, std::vector<uint8_t>(64 * 2 * 18, 7));
-  EXPECT_THAT(Model::Load(WriteTempFile(right.Build(), "iq4nl.gguf")),
+  right.AddTensor("blk.0.attn_q.weight", {64, 64}, TensorType::kMXFP4, std::vector<uint8_t>(64 * 2 * 17, 7));
+  EXPECT_THAT(Model::Load(WriteTempFile(right.Build(), "mxfp4.gguf")),
               StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("tensor 'blk.0.attn_q.weight' has weight type IQ4_NL, which hetero does not support")));
+                       HasSubstr("tensor 'blk.0.attn_q.weight' has weight type MXFP4, which hetero does not support")));
 }
 
 TEST(ModelConfigTest, MixtureOfExpertsIsRejected) {

@@ -68,11 +68,13 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   portable.q_biased.resize(a.q.size());
   portable.d.resize(a.d.size());
   portable.d_sum.resize(a.d.size());
+  portable.half_sums.resize(a.half_sums.size());
   portable.rows = s.m;
   portable.cols = s.k;
   internal::QuantizeRowsPortable(x.data(), s.m, s.k, s.k, portable);
   EXPECT_EQ(a.q, portable.q);  // the SIMD quantizer rounds exactly like the portable one
   EXPECT_EQ(a.d, portable.d);
+  EXPECT_EQ(a.half_sums, portable.half_sums);
 
   std::vector<float> y(static_cast<size_t>(s.m) * s.n);
   QuantMatmul(w, a, y.data(), s.n);

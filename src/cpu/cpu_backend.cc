@@ -119,11 +119,31 @@ absl::Status CpuBackend::Init() {
   info_.kind = DeviceKind::kCpu;
   info_.name = absl::StrCat("cpu (", cpu.name.empty() ? "unknown" : cpu.name, ", ", options_.threads,
                             options_.threads == 1 ? " thread)" : " threads)");
-  info_.weight_format = absl::StrCat(output_->Describe(), " output; ", layers_.front().q->Describe(), " layers");
   info_.threads = options_.threads;
   uint64_t bytes = output_->resident_bytes();
+  // Every kernel path the layers use, most matrices first (a Q4_K_M file mixes formats).
+  std::vector<std::pair<std::string, int>> paths;
   for (const Layer& l : layers_) {
-    for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) bytes += (*m)->resident_bytes();
+    for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      bytes += (*m)->resident_bytes();
+      const std::string path = (*m)->Describe();
+      auto it = std::find_if(paths.begin(), paths.end(), [&](const auto& p) { return p.first == path; });
+      if (it == paths.end()) {
+        paths.emplace_back(path, 1);
+      } else {
+        ++it->second;
+      }
+    }
+  }
+  std::stable_sort(paths.begin(), paths.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  info_.weight_format = absl::StrCat(output_->Describe(), " output; ");
+  if (paths.size() == 1) {
+    absl::StrAppend(&info_.weight_format, paths.front().first, " layers");
+  } else {
+    absl::StrAppend(&info_.weight_format, "layers: ");
+    for (size_t i = 0; i < paths.size(); ++i) {
+      absl::StrAppend(&info_.weight_format, i == 0 ? "" : ", ", paths[i].second, " ", paths[i].first);
+    }
   }
   info_.weight_bytes = bytes;
   info_.max_sequences = options_.max_sequences;

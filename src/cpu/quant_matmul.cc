@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/quant_blocks.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
@@ -55,9 +56,12 @@ const char* QuantMatmulKernelName() {
   return HaveAvx2() ? "avx2" : "portable";
 }
 
-bool QuantizedWeights::Supports(TensorType type) {
+// Q4_0, Q4_1 and Q8_0 have kernels of their own; the other formats go through quant_blocks.h.
+bool IsClassicFormat(TensorType type) {
   return type == TensorType::kQ4_0 || type == TensorType::kQ4_1 || type == TensorType::kQ8_0;
 }
+
+bool QuantizedWeights::Supports(TensorType type) { return IsClassicFormat(type) || internal::IsBlockFormat(type); }
 
 QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, const uint8_t* blocks) {
   QuantizedWeights w;
@@ -65,8 +69,10 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   w.n = n;
   w.k = k;
   w.blocks = blocks;
-  w.row_bytes = static_cast<size_t>(k / kBlock) * GetTensorTypeTraits(type).type_size;
+  const TensorTypeTraits& traits = GetTensorTypeTraits(type);
+  w.row_bytes = static_cast<size_t>(k / traits.block_size) * traits.type_size;
   if (HaveAvx512Vnni()) w.Pack();
+  if (!IsClassicFormat(type)) return w;  // the per-row offsets are the classic kernels' only
   // Offsets for the rows the per-row AVX-512 kernel reads (those past the packed groups).
   const size_t first = static_cast<size_t>(w.packed_rows) * (k / kBlock);
   const size_t last = static_cast<size_t>(n) * (k / kBlock);
@@ -78,6 +84,115 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   return w;
 }
 
+namespace internal {
+
+PackedUnitLayout GetPackedUnitLayout(TensorType type) {
+  PackedUnitLayout l;
+  // Scale bytes per unit: fp16 per row, and per run (or half) one byte per row.
+  size_t scale_bytes = 0;
+  switch (type) {
+    case TensorType::kQ5_0: l.runs = 1; l.hi_planes = 1; scale_bytes = 32; break;
+    case TensorType::kQ5_1: l.runs = 1; l.hi_planes = 1; scale_bytes = 64; break;
+    case TensorType::kIQ4_NL: l.runs = 1; scale_bytes = 32; break;
+    case TensorType::kQ4_K: l.runs = 8; scale_bytes = 8 * 16 * 2 + 64; break;  // scales, minima; d, dmin
+    case TensorType::kQ5_K: l.runs = 8; l.hi_planes = 1; scale_bytes = 8 * 16 * 2 + 64; break;
+    case TensorType::kQ6_K: l.runs = 8; l.hi_planes = 2; scale_bytes = 16 * 16 + 32; break;  // per half; d
+    case TensorType::kIQ4_XS: l.runs = 8; scale_bytes = 8 * 16 + 32; break;  // per run; d
+    default: return l;
+  }
+  l.hi_at = static_cast<size_t>(l.runs) * 256;
+  l.scales_at = l.hi_at + static_cast<size_t>(l.runs) * l.hi_planes * 64;
+  l.bytes = (l.scales_at + scale_bytes + 63) / 64 * 64;
+  return l;
+}
+
+}  // namespace internal
+
+namespace {
+
+// The block formats' units: see QuantizedWeights and PackedUnitLayout.
+void PackBlockFormat(QuantizedWeights& w) {
+  const internal::PackedUnitLayout l = internal::GetPackedUnitLayout(w.type);
+  if (l.runs == 0) return;  // read from the file blocks by the portable kernel
+  constexpr int kRows = QuantizedWeights::kGroupRows;
+  const int units = w.k / (32 * l.runs);
+  const int groups = w.n / kRows;
+  const size_t block_bytes = GetTensorTypeTraits(w.type).type_size;
+  w.packed_rows = groups * kRows;
+  w.packed.assign(static_cast<size_t>(groups) * units * l.bytes / sizeof(CacheLine), CacheLine{});
+  uint8_t codes[32];
+  for (int g = 0; g < groups; ++g) {
+    for (int u = 0; u < units; ++u) {
+      uint8_t* unit = reinterpret_cast<uint8_t*>(w.packed.data()) + (static_cast<size_t>(g) * units + u) * l.bytes;
+      uint8_t* scales = unit + l.scales_at;
+      for (int lane = 0; lane < kRows; ++lane) {
+        const uint8_t* row = w.blocks + static_cast<size_t>(g * kRows + lane) * w.row_bytes;
+        for (int r = 0; r < l.runs; ++r) {
+          const int run = u * l.runs + r;
+          internal::ExtractCodes(w.type, row, run, codes);
+          uint8_t* tile = unit + 256 * r;
+          // Byte i of run t, lane j: element 4t+i in the low nibble, 16+4t+i in the high one.
+          for (int t = 0; t < 4; ++t) {
+            for (int i = 0; i < 4; ++i) {
+              tile[64 * t + 4 * lane + i] =
+                  static_cast<uint8_t>((codes[4 * t + i] & 0x0F) | ((codes[16 + 4 * t + i] & 0x0F) << 4));
+            }
+          }
+          // Higher bits: plane p, tile vector v (v < 4: low nibbles, else high), bit 4 j + i.
+          for (int p = 0; p < l.hi_planes; ++p) {
+            uint8_t* masks = unit + l.hi_at + (static_cast<size_t>(r) * l.hi_planes + p) * 64;
+            for (int v = 0; v < 8; ++v) {
+              uint64_t mask;
+              std::memcpy(&mask, masks + 8 * v, 8);
+              for (int i = 0; i < 4; ++i) {
+                const int e = v < 4 ? 4 * v + i : 16 + 4 * (v - 4) + i;
+                mask |= static_cast<uint64_t>((codes[e] >> (4 + p)) & 1) << (4 * lane + i);
+              }
+              std::memcpy(masks + 8 * v, &mask, 8);
+            }
+          }
+        }
+        // Scales, regrouped so that 16 rows' values of one run are contiguous.
+        const uint8_t* blk = row + static_cast<size_t>(u) * block_bytes;
+        switch (w.type) {
+          case TensorType::kQ5_0:
+          case TensorType::kIQ4_NL:
+            std::memcpy(scales + 2 * lane, blk, 2);
+            break;
+          case TensorType::kQ5_1:
+            std::memcpy(scales + 2 * lane, blk, 2);
+            std::memcpy(scales + 32 + 2 * lane, blk + 2, 2);
+            break;
+          case TensorType::kQ4_K:
+          case TensorType::kQ5_K:
+            for (int r = 0; r < 8; ++r) UnpackK4ScaleMin(blk + 4, r, scales + 16 * r + lane, scales + 128 + 16 * r + lane);
+            std::memcpy(scales + 256 + 2 * lane, blk, 2);
+            std::memcpy(scales + 288 + 2 * lane, blk + 2, 2);
+            break;
+          case TensorType::kQ6_K:
+            for (int h = 0; h < 16; ++h) scales[16 * h + lane] = blk[192 + h];
+            std::memcpy(scales + 256 + 2 * lane, blk + 208, 2);
+            break;
+          case TensorType::kIQ4_XS: {
+            uint16_t scales_h;
+            std::memcpy(&scales_h, blk + 2, 2);
+            for (int r = 0; r < 8; ++r) {
+              const int ls = ((blk[4 + r / 2] >> (4 * (r % 2))) & 0x0F) | (((scales_h >> (2 * r)) & 3) << 4);
+              scales[16 * r + lane] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+            }
+            std::memcpy(scales + 128 + 2 * lane, blk, 2);
+            break;
+          }
+          default:
+            break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 size_t QuantizedWeights::PackedTileBytes(TensorType type) {
   // quants + 16 fp16 scales (+ 16 fp16 minima or int16 sums), rounded up to whole lines.
   const size_t quants = type == TensorType::kQ8_0 ? 512 : 256;
@@ -86,6 +201,10 @@ size_t QuantizedWeights::PackedTileBytes(TensorType type) {
 }
 
 void QuantizedWeights::Pack() {
+  if (!IsClassicFormat(type)) {
+    PackBlockFormat(*this);
+    return;
+  }
   const int nb = k / kBlock;
   const int groups = n / kGroupRows;
   const size_t tile_bytes = PackedTileBytes(type);
@@ -125,6 +244,7 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   q_biased.resize(n);
   d.resize(n / kBlock);
   d_sum.resize(n / kBlock);
+  half_sums.resize(n / 16);
   const bool simd = HaveAvx512Vnni();
   if (simd) d_lanes.resize(n / kBlock * 8);
   const int nb = cols / kBlock;
@@ -151,20 +271,52 @@ void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedA
       const float d = amax / 127.0f;
       const float id = d > 0.0f ? 1.0f / d : 0.0f;
       const size_t base = static_cast<size_t>(m) * cols + b * kBlock;
-      int sum = 0;
+      int sum = 0, first_half = 0;
       for (int i = 0; i < kBlock; ++i) {
         const int v = static_cast<int>(std::nearbyint(src[i] * id));  // ties to even, as the SIMD path
         a.q[base + i] = static_cast<int8_t>(v);
         a.q_biased[base + i] = static_cast<uint8_t>(v + 128);
         sum += v;
+        if (i == 15) first_half = sum;
       }
+      a.half_sums[base / 16] = first_half;
+      a.half_sums[base / 16 + 1] = sum - first_half;
       a.d[static_cast<size_t>(m) * nb + b] = d;
       a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
     }
   }
 }
 
+namespace {
+
+// The block formats: per run of 32, the codes' values against the activations, per half.
+float BlockFormatDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
+  const int runs = w.k / kBlock;
+  const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
+  const int8_t* qa = a.q.data() + static_cast<size_t>(m) * a.cols;
+  const float* ad = a.d.data() + static_cast<size_t>(m) * runs;
+  uint8_t codes[32];
+  float sum = 0.0f;
+  for (int r = 0; r < runs; ++r) {
+    internal::ExtractCodes(w.type, wrow, r, codes);
+    for (int h = 0; h < 2; ++h) {
+      float scale, offset;
+      internal::ExtractScaleOffset(w.type, wrow, 2 * r + h, &scale, &offset);
+      int dot = 0, act_sum = 0;
+      for (int i = 16 * h; i < 16 * h + 16; ++i) {
+        dot += internal::CodeValue(w.type, codes[i]) * qa[32 * r + i];
+        act_sum += qa[32 * r + i];
+      }
+      sum += scale * ad[r] * static_cast<float>(dot) + offset * ad[r] * static_cast<float>(act_sum);
+    }
+  }
+  return sum;
+}
+
+}  // namespace
+
 float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m) {
+  if (!IsClassicFormat(w.type)) return BlockFormatDotPortable(w, row, a, m);
   const int nb = w.k / kBlock;
   const uint8_t* wrow = w.blocks + static_cast<size_t>(row) * w.row_bytes;
   const float* ad = a.d.data() + static_cast<size_t>(m) * nb;
@@ -207,7 +359,7 @@ void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end,
     const CpuInfo& cpu = DetectCpu();
     return cpu.avx512f && cpu.avx512bw && cpu.avx512_bf16;
   }();
-  if (bf16) {
+  if (bf16 && IsClassicFormat(w.type)) {
     internal::DequantizeRowsToBf16Avx512(w, row_begin, row_end, out);
   } else {
     internal::DequantizeRowsToBf16Portable(w, row_begin, row_end, out);
@@ -215,12 +367,26 @@ void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end,
 }
 
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
-  const bool simd = HaveAvx512Vnni();
-  const bool avx2 = !simd && HaveAvx2();
+  const bool classic = IsClassicFormat(w.type);
+  const bool simd = HaveAvx512Vnni() && classic;
+  const bool avx2 = !simd && HaveAvx2() && classic;
   const int n = w.n;
   const int rows = a.rows;
   // Outputs are split over threads; each thread streams its own weight rows once and
   // meets every activation row with them while they are in cache.
+  if (!classic && !w.packed.empty()) {
+    // Packed units for the groups of 16 (AVX-512 VNNI), the portable kernel for the rest.
+    const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
+    ParallelFor(groups + (n - w.packed_rows), ThreadPool::Schedule::kStatic, [&](int i) {
+      if (i < groups) {
+        internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
+      } else {
+        const int j = w.packed_rows + (i - groups);
+        for (int m = 0; m < rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
+      }
+    });
+    return;
+  }
   if (simd && !w.packed.empty()) {
     // Groups of 16 outputs from the packed tiles, then the rows past the last full group.
     const int groups = w.packed_rows / QuantizedWeights::kGroupRows;

@@ -1,8 +1,9 @@
-// Matrix products on quantized weight blocks, for decode (and short prompts), where memory
-// bandwidth decides speed: the weights are read in their file format (Q4_0, Q4_1, Q8_0 —
-// 4.5 to 8.5 bits per weight instead of 16 for bf16), activations are quantized to int8 per
-// 32-element block, and the blocks meet in integer dot products (AVX-512 VNNI vpdpbusd where
-// the CPU has it, AVX2 vpmaddubsw where it has that, portable C++ otherwise).
+// Matrix products on quantized weight blocks: the weights stay in their file format (Q4_0,
+// Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q6_K, IQ4_XS: 2.6 to 8.5 bits per
+// weight instead of 16 for bf16) or are regrouped at about the same size, activations are
+// quantized to int8 per 32-element block, and the blocks meet in integer dot products
+// (AVX-512 VNNI vpdpbusd where the CPU has it, AVX2 vpmaddubsw for Q4_0/Q4_1/Q8_0 where it
+// has that, portable C++ otherwise).
 #ifndef HETERO_CPU_QUANT_MATMUL_H_
 #define HETERO_CPU_QUANT_MATMUL_H_
 
@@ -21,6 +22,7 @@ struct QuantizedActivations {
   std::vector<uint8_t> q_biased;  // q + 128, the unsigned operand for signed (Q8_0) weights
   std::vector<float> d;         // rows * cols / 32
   std::vector<float> d_sum;     // d[b] * sum(q of block b): the terms weight offsets multiply
+  std::vector<int32_t> half_sums;  // sum(q) per 16 elements (Q6_K's per-16 scales need them)
   // d repeated over 8 lanes per block, so the SIMD kernels load a block pair's scales as
   // one vector: rows * cols / 32 * 8 floats.
   std::vector<float> d_lanes;
@@ -35,9 +37,9 @@ struct alignas(64) CacheLine {
 };
 
 // Weights of one matrix in a native block format: `n` rows (outputs) of `k` columns
-// (inputs), each row its k / 32 blocks, as stored in GGUF.
+// (inputs), each row its blocks (of 32, or super-blocks of 256), as stored in GGUF.
 struct QuantizedWeights {
-  TensorType type = TensorType::kQ4_0;  // kQ4_0, kQ4_1 or kQ8_0
+  TensorType type = TensorType::kQ4_0;  // any type Supports() accepts
   int n = 0;
   int k = 0;
   const uint8_t* blocks = nullptr;     // n * row_bytes, usually inside the mapped file
@@ -51,6 +53,10 @@ struct QuantizedWeights {
   // vpdpbusd with a broadcast activation word advances 16 outputs, and no horizontal sums
   // are needed), then the 16 scales as fp16, then Q4_1's 16 minima (fp16) or Q8_0's 16 block
   // sums (int16). Rows from packed_rows on (n % 16 of them) are read from `blocks`.
+  // The other formats (quant_blocks.h) pack into units of one block (or super-block) of
+  // columns per 16 rows: per run of 32 columns the low 4 bits of the codes in the same
+  // interleaved tile, then per run the higher code bits as byte masks (one 64-bit mask per
+  // tile vector and bit), then the format's scales regrouped by row (PackedUnitLayout).
   std::vector<CacheLine> packed;
   int packed_rows = 0;
   // The packed copy as bytes (tiles span several cache lines).
@@ -60,6 +66,8 @@ struct QuantizedWeights {
   // Bytes of one packed tile (a whole number of cache lines).
   static size_t PackedTileBytes(TensorType type);
 
+  // Whether native kernels run `type` (no bf16 or f32 copy); k must be a whole number of
+  // the type's blocks.
   static bool Supports(TensorType type);
   // Prepares a view of file blocks, their offsets and, where the AVX-512 kernels run, the
   // packed copy.
@@ -82,6 +90,19 @@ bool QuantMatmulUsesAvx512();
 const char* QuantMatmulKernelName();
 
 namespace internal {
+// Where things lie in a packed unit of the block formats (16 rows x BlockColumns columns).
+struct PackedUnitLayout {
+  int runs = 0;           // runs of 32 columns: 1, or 8 for a super-block
+  int hi_planes = 0;      // code bits above the low nibble: 0, 1 or 2
+  size_t hi_at = 0;       // byte offsets inside the unit
+  size_t scales_at = 0;
+  size_t bytes = 0;       // whole cache lines
+};
+// The layout for `type`, or runs == 0 where the AVX-512 kernels do not pack it (Q2_K, Q3_K).
+PackedUnitLayout GetPackedUnitLayout(TensorType type);
+// Outputs [16 g, 16 g + 16) for every activation row, from the packed units of a block format.
+void QuantBlockGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
+
 // The portable kernels, also the reference the SIMD ones are tested against.
 // Rows of x (stride ld) become rows first_row.. of `a` (sized by the caller).
 void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);

@@ -67,7 +67,10 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
                        _mm512_cvtepi32_epi8(_mm512_add_epi32(i0, bias)));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q_biased.data() + base + 16),
                        _mm512_cvtepi32_epi8(_mm512_add_epi32(i1, bias)));
-      const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+      const int first_half = _mm512_reduce_add_epi32(i0);
+      const int sum = first_half + _mm512_reduce_add_epi32(i1);
+      a.half_sums[base / 16] = first_half;
+      a.half_sums[base / 16 + 1] = sum - first_half;
       a.d[static_cast<size_t>(m) * nb + b] = d;
       a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
     }

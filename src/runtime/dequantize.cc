@@ -129,17 +129,8 @@ void DequantQ3_K(const uint8_t* b, float* y) {
   const uint8_t* hm = b;
   const uint8_t* q = b + 32;
   const float d_all = ReadFp16(b + 32 + 64 + 12);
-  constexpr uint32_t kMask1 = 0x03030303;
-  constexpr uint32_t kMask2 = 0x0f0f0f0f;
-  uint32_t aux[4];
-  std::memcpy(aux, b + 32 + 64, 12);
-  const uint32_t tmp = aux[2];
-  aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
-  aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
-  aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
-  aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
   int8_t scales[16];
-  std::memcpy(scales, aux, 16);
+  UnpackQ3KScales(b + 32 + 64, scales);
   int is = 0;
   uint8_t m = 1;
   for (int n = 0; n < kQK_K; n += 128) {
@@ -160,17 +151,6 @@ void DequantQ3_K(const uint8_t* b, float* y) {
   }
 }
 
-// The 8 6-bit scales and mins of Q4_K/Q5_K, packed in 12 bytes.
-inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* scale, uint8_t* min) {
-  if (j < 4) {
-    *scale = q[j] & 63;
-    *min = q[j + 4] & 63;
-  } else {
-    *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K: { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }: 8 groups of 32.
 void DequantQ4_K(const uint8_t* b, float* y) {
   const float d = ReadFp16(b);
@@ -180,10 +160,10 @@ void DequantQ4_K(const uint8_t* b, float* y) {
   int is = 0;
   for (int j = 0; j < kQK_K; j += 64) {
     uint8_t sc, mn;
-    ScaleMinK4(is + 0, scales, &sc, &mn);
+    UnpackK4ScaleMin(scales, is + 0, &sc, &mn);
     const float d1 = d * sc;
     const float m1 = dmin * mn;
-    ScaleMinK4(is + 1, scales, &sc, &mn);
+    UnpackK4ScaleMin(scales, is + 1, &sc, &mn);
     const float d2 = d * sc;
     const float m2 = dmin * mn;
     for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0x0F) - m1;
@@ -204,10 +184,10 @@ void DequantQ5_K(const uint8_t* b, float* y) {
   uint8_t u1 = 1, u2 = 2;
   for (int j = 0; j < kQK_K; j += 64) {
     uint8_t sc, mn;
-    ScaleMinK4(is + 0, scales, &sc, &mn);
+    UnpackK4ScaleMin(scales, is + 0, &sc, &mn);
     const float d1 = d * sc;
     const float m1 = dmin * mn;
-    ScaleMinK4(is + 1, scales, &sc, &mn);
+    UnpackK4ScaleMin(scales, is + 1, &sc, &mn);
     const float d2 = d * sc;
     const float m2 = dmin * mn;
     for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0x0F) + ((qh[l] & u1) ? 16 : 0)) - m1;
@@ -241,6 +221,38 @@ void DequantQ6_K(const uint8_t* b, float* y) {
     ql += 64;
     qh += 32;
     sc += 8;
+  }
+}
+
+// IQ4_NL: { f16 d; u8 qs[16] }: 4-bit indices into a fixed non-uniform grid of 16 int8
+// levels; low nibbles are elements 0..15, high nibbles 16..31.
+void DequantIQ4_NL(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = d * kIq4Levels[qs[j] & 0x0F];
+    y[j + kQK / 2] = d * kIq4Levels[qs[j] >> 4];
+  }
+}
+
+// IQ4_XS: { f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128] }: 8 groups of 32, each with a
+// 6-bit scale (4 low bits in scales_l, 2 high bits in scales_h) biased by 32, over the
+// IQ4_NL grid.
+void DequantIQ4_XS(const uint8_t* b, float* y) {
+  const float d = ReadFp16(b);
+  uint16_t scales_h;
+  std::memcpy(&scales_h, b + 2, 2);
+  const uint8_t* scales_l = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int g = 0; g < kQK_K / 32; ++g) {
+    const int ls = ((scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
+    const float dl = d * (ls - 32);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = dl * kIq4Levels[qs[j] & 0x0F];
+      y[j + 16] = dl * kIq4Levels[qs[j] >> 4];
+    }
+    y += 32;
+    qs += 16;
   }
 }
 
@@ -278,11 +290,26 @@ RowDequantizer FindDequantizer(TensorType type) {
     case TensorType::kQ5_K: return DequantRows<DequantQ5_K, TensorType::kQ5_K>;
     case TensorType::kQ6_K: return DequantRows<DequantQ6_K, TensorType::kQ6_K>;
     case TensorType::kQ8_K: return DequantRows<DequantQ8_K, TensorType::kQ8_K>;
+    case TensorType::kIQ4_NL: return DequantRows<DequantIQ4_NL, TensorType::kIQ4_NL>;
+    case TensorType::kIQ4_XS: return DequantRows<DequantIQ4_XS, TensorType::kIQ4_XS>;
     default: return nullptr;
   }
 }
 
 }  // namespace
+
+void UnpackQ3KScales(const uint8_t* packed, int8_t* scales) {
+  constexpr uint32_t kMask1 = 0x03030303;
+  constexpr uint32_t kMask2 = 0x0f0f0f0f;
+  uint32_t aux[4];
+  std::memcpy(aux, packed, 12);
+  const uint32_t tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kMask2) | (((tmp >> 4) & kMask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kMask2) | (((tmp >> 6) & kMask1) << 4);
+  aux[0] = (aux[0] & kMask2) | (((tmp >> 0) & kMask1) << 4);
+  aux[1] = (aux[1] & kMask2) | (((tmp >> 2) & kMask1) << 4);
+  std::memcpy(scales, aux, 16);
+}
 
 absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Span<float> dst) {
   const TensorTypeTraits* traits = FindTensorTypeTraits(static_cast<uint32_t>(type));

@@ -18,9 +18,27 @@
 
 namespace hetero {
 
+// The 16 levels IQ4_NL and IQ4_XS indices select (part of the format).
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 6-bit scale and minimum of group j (0..7) of a Q4_K/Q5_K super-block, from its
+// 12 packed bytes.
+inline void UnpackK4ScaleMin(const uint8_t* packed, int j, uint8_t* scale, uint8_t* min) {
+  if (j < 4) {
+    *scale = packed[j] & 63;
+    *min = packed[j + 4] & 63;
+  } else {
+    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
+    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
+  }
+}
+
+// The 16 6-bit scales of a Q3_K super-block (still biased by 32), from its 12 packed bytes.
+void UnpackQ3KScales(const uint8_t* packed, int8_t* scales);
+
 // Dequantizes `dst.size()` elements of `type` from `src`. The element count must be a
 // multiple of the type's block size and `src` must hold exactly the matching bytes.
-// Unsupported types (IQ*, TQ*, ...) give Unimplemented naming the type.
+// Unsupported types (IQ2*, IQ3*, IQ1*, TQ*, ...) give Unimplemented naming the type.
 absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Span<float> dst);
 
 // Dequantizes a whole tensor from a GGUF file; errors name the tensor.

@@ -1,6 +1,8 @@
 #include "tests/support/tiny_model.h"
 
 #include <cstring>
+#include <map>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/runtime/fp16.h"
@@ -39,6 +41,32 @@ void PutHalf(std::vector<uint8_t>& data, size_t offset, float value) {
   std::memcpy(data.data() + offset, &h, 2);
 }
 
+// How random blocks of each quantized type get sane scales: dequantized values then spread
+// roughly like mean + scale * u. Mirrored in scripts/reference_forward.py (QUANT_FIELDS).
+struct QuantFields {
+  float divisor;
+  std::vector<std::pair<int, float>> fields;  // (byte offset of an fp16 field, multiplier)
+};
+
+const QuantFields* FindQuantFields(TensorType type) {
+  static const std::map<TensorType, QuantFields> kFields = {
+      {TensorType::kQ4_0, {8.0f, {{0, 1.0f}}}},
+      {TensorType::kQ4_1, {8.0f, {{0, 1.0f}, {2, -8.0f}}}},
+      {TensorType::kQ8_0, {127.0f, {{0, 1.0f}}}},
+      {TensorType::kQ5_0, {16.0f, {{0, 1.0f}}}},
+      {TensorType::kQ5_1, {16.0f, {{0, 1.0f}, {2, -16.0f}}}},
+      {TensorType::kIQ4_NL, {100.0f, {{0, 1.0f}}}},
+      {TensorType::kQ2_K, {16.0f, {{80, 1.0f}, {82, 1.5f}}}},
+      {TensorType::kQ3_K, {128.0f, {{108, 1.0f}}}},
+      {TensorType::kQ4_K, {256.0f, {{0, 1.0f}, {2, 7.5f}}}},
+      {TensorType::kQ5_K, {512.0f, {{0, 1.0f}, {2, 15.5f}}}},
+      {TensorType::kQ6_K, {2048.0f, {{208, 1.0f}}}},
+      {TensorType::kIQ4_XS, {3200.0f, {{0, 1.0f}}}},
+  };
+  auto it = kFields.find(type);
+  return it == kFields.end() ? nullptr : &it->second;
+}
+
 class TensorWriter {
  public:
   TensorWriter(GgufBuilder& builder, const TinyModelOptions& options) : builder_(builder), options_(options) {}
@@ -52,19 +80,23 @@ class TensorWriter {
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
     Stream stream(static_cast<uint64_t>(options_.seed) ^ Fnv1a64(name));
-    const TensorType type = is_matrix ? options_.weight_type : TensorType::kF32;
-    if (type == TensorType::kQ4_0 || type == TensorType::kQ4_1 || type == TensorType::kQ8_0) {
+    TensorType type = is_matrix ? options_.weight_type : TensorType::kF32;
+    if (is_matrix) {
+      // "blk.3.ffn_down.weight" is looked up as "ffn_down.weight".
+      const size_t layer_end = name.rfind("blk.", 0) == 0 ? name.find('.', 4) : std::string::npos;
+      const std::string base = layer_end == std::string::npos ? name : name.substr(layer_end + 1);
+      if (auto it = options_.tensor_types.find(base); it != options_.tensor_types.end()) type = it->second;
+    }
+    if (const QuantFields* q = FindQuantFields(type)) {
       const TensorTypeTraits& t = GetTensorTypeTraits(type);
       const int64_t blocks = n / t.block_size;
       std::vector<uint8_t> data(static_cast<size_t>(blocks) * t.type_size);
-      // Scales sized so dequantized values have roughly the requested spread.
-      const float block_scale = type == TensorType::kQ8_0 ? scale / 127.0f : scale / 8.0f;
+      const float block_scale = scale / q->divisor;
       for (int64_t b = 0; b < blocks; ++b) {
         uint8_t* block = data.data() + b * t.type_size;
         for (uint32_t i = 0; i < t.type_size; ++i) block[i] = static_cast<uint8_t>(stream.Next() & 0xFF);
-        PutHalf(data, b * t.type_size, block_scale * (1.25f + stream.Uniform() / 4.0f));
-        if (type == TensorType::kQ4_1) {
-          PutHalf(data, b * t.type_size + 2, -8.0f * block_scale * (1.25f + stream.Uniform() / 4.0f));
+        for (const auto& [offset, multiplier] : q->fields) {
+          PutHalf(data, b * t.type_size + offset, multiplier * block_scale * (1.25f + stream.Uniform() / 4.0f));
         }
       }
       builder_.AddTensor(name, std::move(dims), type, std::move(data));

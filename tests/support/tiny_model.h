@@ -25,8 +25,12 @@ struct TinyModelOptions {
   float rope_freq_base = 10000.0f;
   float rms_norm_eps = 1e-5f;
   bool tied_embeddings = true;
-  // Matrices: F32, F16, or random blocks of Q4_0, Q4_1 or Q8_0; norms and biases stay F32.
+  // Matrices: F32, F16, or random blocks of a quantized type (Q4_0, Q4_1, Q8_0, Q5_0,
+  // Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS); norms and biases stay F32.
   TensorType weight_type = TensorType::kF32;
+  // Per matrix, by name without the "blk.N." prefix (e.g. "ffn_down.weight"): a type other
+  // than weight_type, as the mixed files (Q4_K_M, ...) have.
+  std::map<std::string, TensorType> tensor_types;
   uint32_t seed = 1;
   // Test hooks: tensors to leave out, and shapes to write instead of the right ones.
   std::set<std::string> omit_tensors;
@@ -39,8 +43,9 @@ struct TinyModelOptions {
 // identical model in NumPy: each tensor has its own stream, splitmix64 seeded with
 // seed ^ fnv1a64(tensor name); a value is mean + scale * u with u = (next() >> 40) * 2^-23 - 1
 // in float32 (exactly representable, in [-1, 1)). Quantized blocks take their bytes from the
-// same stream (next() & 0xFF per byte), then set each fp16 scale to fp16(scale * (1.25 + u/4))
-// and Q4_1's minimum to fp16(-8 * scale * (1.25 + u/4)), drawing u after the block's bytes.
+// same stream (next() & 0xFF per byte), then set each of the type's fp16 fields, in order, to
+// fp16(m * (scale / divisor) * (1.25 + u/4)), drawing u after the block's bytes; divisor and
+// the fields' (offset, m) per type are in QuantFields (tiny_model.cc) and in the script.
 //
 // A builder holding the model's metadata and tensors; add to it or Build() it.
 GgufBuilder TinyModelBuilder(const TinyModelOptions& options);
