@@ -13,6 +13,7 @@ formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS) per matrix as Q4_K_M files do.
 
     python3 -m pip install gguf==0.19.0 numpy tokenizers==0.23.3
     python3 scripts/reference_forward.py models/SmolLM2-135M-Instruct.Q4_1.gguf
+    python3 scripts/reference_forward.py OTHER.gguf --default-only OUT_DIR   # another file of it
 """
 import base64
 import json
@@ -309,8 +310,14 @@ DEFAULT_PROMPTS = [
 
 
 def main():
+    # --default-only OUT_DIR: only the given file's cases (e.g. the default model requantized
+    # to Q4_K_M), written to OUT_DIR for HETERO_REFERENCE_DIR (tests/cpu_backend_test.cc).
+    out_dir = DATA
+    tiny = TINY
+    if len(sys.argv) == 4 and sys.argv[2] == "--default-only":
+        out_dir, tiny = sys.argv[3], []
     cases, logits_out = [], []
-    for opts in TINY:
+    for opts in tiny:
         c, w = tiny_model(opts)
         rng = Stream(opts["seed"] * 7919)
         for length in (1, 9, 37):
@@ -329,9 +336,9 @@ def main():
         cases.append({"model": "default", "text": text, "prompt": prompt, "greedy": greedy, "margins": margins})
         logits_out.append(logits)
         print(repr(text[:40]), len(prompt), "tokens ->", repr(tok.decode(greedy)))
-    with open(os.path.join(DATA, "reference_forward.json"), "w") as f:
+    with open(os.path.join(out_dir, "reference_forward.json"), "w") as f:
         json.dump({"cases": cases}, f, ensure_ascii=False, indent=1)
-    with open(os.path.join(DATA, "reference_logits.f32"), "wb") as f:
+    with open(os.path.join(out_dir, "reference_logits.f32"), "wb") as f:
         for l in logits_out:
             f.write(l.astype("<f4").tobytes())
     print(f"wrote {len(cases)} cases")

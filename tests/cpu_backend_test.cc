@@ -3,7 +3,9 @@
 // identical greedy continuations; on the default model and on tiny models the test writes.
 // Also: decode with the KV cache equals a full recompute, and bad input is refused.
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <iostream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,9 +31,9 @@ struct ReferenceCase {
   std::vector<float> logits;
 };
 
-std::vector<ReferenceCase> LoadReference() {
-  std::ifstream json_in(std::string(HETERO_TEST_DATA_DIR) + "/reference_forward.json");
-  std::ifstream logits_in(std::string(HETERO_TEST_DATA_DIR) + "/reference_logits.f32", std::ios::binary);
+std::vector<ReferenceCase> LoadReference(const std::string& dir = HETERO_TEST_DATA_DIR) {
+  std::ifstream json_in(dir + "/reference_forward.json");
+  std::ifstream logits_in(dir + "/reference_logits.f32", std::ios::binary);
   EXPECT_TRUE(json_in.good() && logits_in.good());
   const nlohmann::json data = nlohmann::json::parse(json_in);
   std::vector<ReferenceCase> cases;
@@ -199,6 +201,34 @@ TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
     if (c.model != "default") continue;
     CheckAgainstReference(**backend, c, GetParam().default_tolerance, GetParam().tie_margin,
                           absl::StrCat("default prompt ", c.prompt.size()));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);
+}
+
+// Another file of the default model (e.g. requantized to Q4_K_M by llama-quantize, which CI
+// cannot do: nothing but Debian and PyPI packages is reachable there), against the float64
+// reference of that same file: HETERO_REFERENCE_MODEL=FILE HETERO_REFERENCE_DIR=DIR, the
+// directory written by `scripts/reference_forward.py FILE --default-only DIR`.
+TEST_P(ReferenceTest, OtherFileOfTheDefaultModelMatchesItsNumpyReference) {
+  const char* file = std::getenv("HETERO_REFERENCE_MODEL");
+  const char* dir = std::getenv("HETERO_REFERENCE_DIR");
+  if (file == nullptr || dir == nullptr) {
+    GTEST_SKIP() << "set HETERO_REFERENCE_MODEL and HETERO_REFERENCE_DIR to check another file of the default model";
+  }
+  const CpuPrecision precision = GetParam().precision;
+  if (precision == CpuPrecision::kBf16 && !CpuHasBf16Matmul()) GTEST_SKIP() << "no bf16 matmul on this CPU";
+  auto model = Model::Load(file);
+  ASSERT_TRUE(model.ok()) << model.status();
+  CpuBackendOptions options = TestOptions();
+  options.precision = precision;
+  auto backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::cout << "weights: " << (*backend)->info().weight_format << "\n";
+  int checked = 0;
+  for (const ReferenceCase& c : LoadReference(dir)) {
+    CheckAgainstReference(**backend, c, GetParam().default_tolerance, GetParam().tie_margin,
+                          absl::StrCat(file, " prompt ", c.prompt.size()));
     ++checked;
   }
   EXPECT_EQ(checked, 3);
