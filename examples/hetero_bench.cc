@@ -58,10 +58,6 @@ Stats Summarize(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // N sessions through one engine, each generating `gen` tokens (end-of-generation
 // ignored) after a short prompt; aggregate decode tokens/s against one session alone.
 // Host<->device copy bandwidth: pinned and pageable host memory, a plain copy loop per

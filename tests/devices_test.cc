@@ -52,7 +52,10 @@ TEST(DevicesTest, CudaReportIsConsistent) {
               cuda.available, cuda.notice.c_str());
 #if HETERO_CUDA_MODULE_BUILT
   EXPECT_TRUE(cuda.module_found) << "the build made libhetero-cuda.so but it was not loaded: " << cuda.notice;
-  EXPECT_GT(cuda.runtime_version, 0);
+  // Without the NVIDIA driver the module is found but not loaded, so no runtime reports in.
+  if (cuda.notice.find("libcuda.so.1 is not installed") == std::string::npos) {
+    EXPECT_GT(cuda.runtime_version, 0);
+  }
 #endif
   if (cuda.available) {
     ASSERT_FALSE(cuda.devices.empty());

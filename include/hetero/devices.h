@@ -43,7 +43,7 @@ struct CudaDeviceInfo {
 };
 
 struct CudaInfo {
-  bool module_found = false;  // libhetero-cuda.so was found and loaded
+  bool module_found = false;  // libhetero-cuda.so was found (loaded only where the NVIDIA driver is)
   std::string module_path;
   bool available = false;     // at least one usable GPU
   int driver_version = 0;     // e.g. 13000; 0 without a driver

@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   return backend;
 }
 
-absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorInfo& tensor) {
+absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorInfo& tensor, bool source_read_elsewhere) {
   const bool bf16_cpu = DetectCpu().avx512_bf16;
   switch (options_.precision) {
     case CpuPrecision::kF32:
@@ -72,8 +72,9 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
         const int min_rows = options_.bf16_min_rows > 0 ? options_.bf16_min_rows : (bf16_prompts ? 8 : kNeverBf16);
         HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Linear> linear, MakeQuantLinear(dnnl_, tensor, min_rows));
         // The packed copy is all the kernels read: let the kernel drop the file's pages of
-        // this matrix from our resident set (they come back from the page cache if read).
-        if (!linear->reads_source_weights()) model_.impl().gguf->AdviseUnneeded(tensor.data);
+        // this matrix from our resident set (MappedFile::AdviseUnneeded). Not a tied
+        // embedding matrix: its rows are looked up for every token.
+        if (!linear->reads_source_weights() && !source_read_elsewhere) model_.impl().gguf->AdviseUnneeded(tensor.data);
         return linear;
       }
       return MakeOneDnnLinear(dnnl_, tensor, bf16_cpu ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
@@ -88,7 +89,7 @@ absl::Status CpuBackend::Init() {
   token_embd_ = file.FindTensor("token_embd.weight");
   HETERO_ASSIGN_OR_RETURN(output_norm_, LoadFloatTensor(file, "output_norm.weight"));
   const GgufTensorInfo* output = c.tied_embeddings ? token_embd_ : file.FindTensor("output.weight");
-  HETERO_ASSIGN_OR_RETURN(output_, MakeLinear(*output));
+  HETERO_ASSIGN_OR_RETURN(output_, MakeLinear(*output, /*source_read_elsewhere=*/c.tied_embeddings));
   std::vector<float> freq_factors;
   if (c.has_rope_freq_factors) {
     HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));

@@ -99,7 +99,9 @@ class CpuBackend : public PagedBackend {
   absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
+  // `source_read_elsewhere`: the file's bytes of the matrix are read by more than the matrix
+  // product (a tied embedding), so they stay resident whatever the kernel reads.
+  absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor, bool source_read_elsewhere = false);
 
   const Model& model_;
   const ModelConfig& config_;

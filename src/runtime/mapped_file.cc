@@ -96,26 +96,43 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     status = absl::DataLossError(absl::StrCat("'", path, "' changed size while it was being read (", size, " bytes, now ",
                                               static_cast<long long>(st.st_size), ")"));
   }
-  ::close(fd);
   if (!status.ok()) {
+    ::close(fd);
     ::munmap(memory, size);
     return status;
   }
   ::mprotect(memory, size, PROT_READ);  // weights are read-only from here on
-  return std::unique_ptr<MappedFile>(new MappedFile(path, bytes, size, false));
+  return std::unique_ptr<MappedFile>(new MappedFile(path, bytes, size, false, fd));
 }
 
 void MappedFile::AdviseUnneeded(absl::Span<const uint8_t> range) const {
-  if (!mapped_ || data_ == nullptr || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  if (data_ == nullptr || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   // Whole pages inside the range only: neighbours may still be in use.
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(range.data()) + range.size()) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  if (end <= begin) return;
+  if (mapped_) {
+    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+    return;
+  }
+  struct stat st;
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0 || static_cast<size_t>(st.st_size) != size_) return;
+  // The copy starts page-aligned at file offset 0, so address and file offset agree per page.
+  const off_t offset = static_cast<off_t>(begin - reinterpret_cast<uintptr_t>(data_));
+  // Mapped aside first, then moved over the copy's pages in one step: on any failure the
+  // copy stays as it was.
+  void* fresh = ::mmap(nullptr, end - begin, PROT_READ, MAP_PRIVATE, fd_, offset);
+  if (fresh == MAP_FAILED) return;
+  if (::mremap(fresh, end - begin, end - begin, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(begin)) ==
+      MAP_FAILED) {
+    ::munmap(fresh, end - begin);
+  }
 }
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace hetero

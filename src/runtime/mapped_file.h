@@ -29,20 +29,24 @@ class MappedFile {
   absl::Span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
   bool mapped() const { return mapped_; }
-  // Mapped files only: tells the kernel that the pages inside `range` will not be read
-  // soon: they leave the process's resident set and are read again from the page cache if
-  // touched. A hint only; ranges outside the file are ignored. (A copy keeps its pages:
-  // freed private pages would read back as zeros.)
+  // Tells the kernel that the whole pages inside `range` will not be read again (a matrix a
+  // backend has repacked): they leave the process's resident set. A mapping reads them back
+  // from the page cache if touched. A copy replaces them with a mapping of the same bytes of
+  // the file (still open), so a stray read still sees the right bytes, from the page cache;
+  // only those pages then depend on the file staying as it was (a truncated file would fault
+  // on them), and nothing is done if the file's size has changed since it was read. A hint
+  // only; ranges outside the file are ignored.
   void AdviseUnneeded(absl::Span<const uint8_t> range) const;
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size, bool mapped)
-      : path_(std::move(path)), data_(data), size_(size), mapped_(mapped) {}
+  MappedFile(std::string path, const uint8_t* data, size_t size, bool mapped, int fd = -1)
+      : path_(std::move(path)), data_(data), size_(size), mapped_(mapped), fd_(fd) {}
 
   std::string path_;
   const uint8_t* data_;
   size_t size_;
   bool mapped_;
+  int fd_;  // a copy's file, kept open for AdviseUnneeded; -1 otherwise
 };
 
 }  // namespace hetero
