@@ -19,15 +19,27 @@
 namespace hetero {
 namespace {
 
+// Random blocks with every fp16 field set to 0.01 (random bytes there would be NaN or
+// subnormal too often, and subnormals are slow).
 std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k) {
   const TensorTypeTraits& t = GetTensorTypeTraits(type);
-  std::vector<uint8_t> data(static_cast<size_t>(n) * (k / 32) * t.type_size);
+  std::vector<uint8_t> data(static_cast<size_t>(n) * (k / t.block_size) * t.type_size);
   std::mt19937 rng(1);
   for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
+  std::vector<int> fields = {0};
+  if (type == TensorType::kQ4_1 || type == TensorType::kQ5_1 || type == TensorType::kQ4_K ||
+      type == TensorType::kQ5_K) {
+    fields = {0, 2};
+  } else if (type == TensorType::kQ6_K) {
+    fields = {208};
+  } else if (type == TensorType::kQ2_K) {
+    fields = {80, 82};
+  } else if (type == TensorType::kQ3_K) {
+    fields = {108};
+  }
+  const uint16_t d = Fp32ToFp16(0.01f);
   for (size_t off = 0; off < data.size(); off += t.type_size) {
-    const uint16_t d = Fp32ToFp16(0.01f);
-    std::memcpy(data.data() + off, &d, 2);
-    if (type == TensorType::kQ4_1) std::memcpy(data.data() + off + 2, &d, 2);
+    for (int f : fields) std::memcpy(data.data() + off + f, &d, 2);
   }
   return data;
 }
@@ -92,6 +104,10 @@ BENCHMARK(BM_QuantGemv)
     ->Args({3, 1536, 576, 1})->Args({3, 1536, 576, 2})   // Q4_1 ffn_gate / ffn_up
     ->Args({3, 576, 1536, 1})->Args({3, 576, 1536, 2})   // Q4_1 ffn_down
     ->Args({8, 49152, 576, 1})->Args({8, 49152, 576, 2})  // Q8_0 output (tied embedding)
+    // The block formats of a Q4_K_M / Q5_K_M file of the default model's shape.
+    ->Args({6, 1536, 576, 2})->Args({7, 1536, 576, 2})    // Q5_0, Q5_1 ffn_gate / ffn_up
+    ->Args({12, 576, 1536, 2})->Args({13, 576, 1536, 2})  // Q4_K, Q5_K ffn_down
+    ->Args({14, 576, 1536, 2})                            // Q6_K ffn_down
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // Batched decode's products: `rows` activation rows (sequences) against native weights,
@@ -120,6 +136,9 @@ BENCHMARK(BM_QuantBatchedRows)
     ->ArgsProduct({{3}, {1536}, {576}, {1, 4, 8}})
     ->Args({3, 576, 1536, 8})
     ->Args({8, 4096, 576, 8})
+    ->ArgsProduct({{6, 7}, {1536}, {576}, {1, 8}})         // Q5_0, Q5_1
+    ->ArgsProduct({{12, 13, 14, 23}, {576}, {1536}, {1, 8}})  // Q4_K, Q5_K, Q6_K, IQ4_XS
+    ->ArgsProduct({{10, 11}, {576}, {1536}, {1}})          // Q2_K, Q3_K (portable kernel)
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The transient bf16 copy of a native matrix that the prompt GEMM path makes.
