@@ -109,8 +109,10 @@ TEST_P(BlockMatmulTest, MatchesFloat64Reference) {
   if (QuantMatmulUsesAvx512() && packable && s.n >= QuantizedWeights::kGroupRows) {
     EXPECT_FALSE(w.packed.empty()) << "the AVX-512 path should have packed units";
     EXPECT_EQ(w.packed_rows, s.n / 16 * 16);
-    // Packed at about the file's size (no float copy): within 12% including line padding.
-    EXPECT_LE(w.packed.size() * sizeof(CacheLine), 1.12 * w.packed_rows * w.row_bytes);
+    // Packed at about the file's size (no float copy): within 12% including line padding;
+    // Q3_K and Q2_K hold their 3 and 2 code bits in 4.
+    const double bound = s.type == TensorType::kQ3_K ? 1.35 : s.type == TensorType::kQ2_K ? 1.77 : 1.12;
+    EXPECT_LE(w.packed.size() * sizeof(CacheLine), bound * w.packed_rows * w.row_bytes);
   }
   std::vector<float> x(static_cast<size_t>(s.m) * s.k);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
     case CpuPrecision::kBf16:
       return MakeOneDnnLinear(dnnl_, tensor, MatmulPrecision::kBf16);
     case CpuPrecision::kAuto:
-      if (QuantizedWeights::Supports(tensor.type)) {
+      if (QuantizedWeights::Supports(tensor.type) && QuantMatmulIsFast(tensor.type)) {
         // Prompts go through bf16 oneDNN only where that beats the integer kernels: a CPU
         // with native AVX-512 BF16 but no VNNI. Elsewhere the native kernels take every batch
         // (oneDNN has no bf16 matmul at all below AVX-512).

@@ -84,6 +84,10 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
 // transient copy the bf16 GEMM path multiplies. AVX-512 BF16 where available.
 void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 
+// Whether the native kernels beat a dequantized oneDNN copy for `type` on this CPU: always
+// for Q4_0/Q4_1/Q8_0; for the other formats only where their packed AVX-512 VNNI kernels
+// run (their portable kernel is correct but 100x slower than oneDNN on an AVX2 CPU).
+bool QuantMatmulIsFast(TensorType type);
 // Whether the AVX-512 VNNI kernels are in use on this CPU.
 bool QuantMatmulUsesAvx512();
 // Which kernel QuantMatmul runs here: "avx512-vnni", "avx2" or "portable".
@@ -98,7 +102,7 @@ struct PackedUnitLayout {
   size_t scales_at = 0;
   size_t bytes = 0;       // whole cache lines
 };
-// The layout for `type`, or runs == 0 where the AVX-512 kernels do not pack it (Q2_K, Q3_K).
+// The layout for `type`, or runs == 0 where the AVX-512 kernels do not pack it.
 PackedUnitLayout GetPackedUnitLayout(TensorType type);
 // Outputs [16 g, 16 g + 16) for every activation row, from the packed units of a block format.
 void QuantBlockGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);

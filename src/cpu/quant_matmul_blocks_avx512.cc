@@ -1,5 +1,5 @@
-// AVX-512 VNNI kernels for the block formats of quant_blocks.h (Q5_0, Q5_1, IQ4_NL, Q4_K,
-// Q5_K, Q6_K, IQ4_XS), on the packed units QuantizedWeights::Pack builds. Compiled with
+// AVX-512 VNNI kernels for the block formats of quant_blocks.h (Q5_0, Q5_1, IQ4_NL, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), on the packed units QuantizedWeights::Pack builds. Compiled with
 // -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mf16c -mfma; callers check the CPU first.
 #include <immintrin.h>
 
@@ -70,8 +70,11 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
     if constexpr (T == TensorType::kQ4_K || T == TensorType::kQ5_K) {
       unit_d = Halves(scales + 256);
       unit_dmin = Halves(scales + 288);
-    } else if constexpr (T == TensorType::kQ6_K) {
+    } else if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
       unit_d = Halves(scales + 256);
+    } else if constexpr (T == TensorType::kQ2_K) {
+      unit_d = Halves(scales + 256);
+      unit_dmin = Halves(scales + 288);
     } else if constexpr (T == TensorType::kIQ4_XS) {
       unit_d = Halves(scales + 128);
     }
@@ -103,7 +106,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
       }
       // Per-output scale (and for Q6_K the second half's) and the offset that multiplies
       // the activation block's d * sum(q).
-      __m512 scale, scale_hi = _mm512_setzero_ps(), offset = _mm512_setzero_ps();
+      __m512 scale, scale_hi = _mm512_setzero_ps(), offset = _mm512_setzero_ps(), offset_hi = _mm512_setzero_ps();
       if constexpr (T == TensorType::kQ5_0) {
         scale = Halves(scales);
         offset = _mm512_mul_ps(scale, _mm512_set1_ps(-16.0f));
@@ -119,7 +122,17 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
       } else if constexpr (T == TensorType::kIQ4_XS) {
         scale = _mm512_mul_ps(unit_d, SignedBytes(scales + 16 * run));
         offset = _mm512_mul_ps(scale, _mm512_set1_ps(-128.0f));
-      } else {  // Q6_K: a scale per 16, codes biased by 32
+      } else if constexpr (T == TensorType::kQ2_K) {  // a scale and a minimum per 16, 4 bits each
+        const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32 * run));
+        const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 32 * run + 16));
+        const __m128i nibble = _mm_set1_epi8(0x0F);
+        auto floats = [](__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); };
+        scale = _mm512_mul_ps(unit_d, floats(_mm_and_si128(lo, nibble)));
+        scale_hi = _mm512_mul_ps(unit_d, floats(_mm_and_si128(hi, nibble)));
+        const __m512 neg_dmin = _mm512_sub_ps(_mm512_setzero_ps(), unit_dmin);
+        offset = _mm512_mul_ps(neg_dmin, floats(_mm_and_si128(_mm_srli_epi16(lo, 4), nibble)));
+        offset_hi = _mm512_mul_ps(neg_dmin, floats(_mm_and_si128(_mm_srli_epi16(hi, 4), nibble)));
+      } else {  // Q6_K, Q3_K: a signed scale per 16, codes biased by 32 or 4
         scale = _mm512_mul_ps(unit_d, SignedBytes(scales + 32 * run));
         scale_hi = _mm512_mul_ps(unit_d, SignedBytes(scales + 32 * run + 16));
       }
@@ -137,11 +150,18 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
           dot1 = _mm512_dpbusd_epi32(dot1, wq[t + 4], _mm512_set1_epi32(x1));
         }
         const __m512 da = _mm512_set1_ps(d[r][b]);
-        if constexpr (T == TensorType::kQ6_K) {
-          dot0 = _mm512_sub_epi32(dot0, _mm512_set1_epi32(32 * half_sums[r][2 * b]));
-          dot1 = _mm512_sub_epi32(dot1, _mm512_set1_epi32(32 * half_sums[r][2 * b + 1]));
+        if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
+          constexpr int kBias = T == TensorType::kQ6_K ? 32 : 4;
+          dot0 = _mm512_sub_epi32(dot0, _mm512_set1_epi32(kBias * half_sums[r][2 * b]));
+          dot1 = _mm512_sub_epi32(dot1, _mm512_set1_epi32(kBias * half_sums[r][2 * b + 1]));
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0), _mm512_mul_ps(scale, da), acc[r]);
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1), _mm512_mul_ps(scale_hi, da), acc[r]);
+        } else if constexpr (T == TensorType::kQ2_K) {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0), _mm512_mul_ps(scale, da), acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1), _mm512_mul_ps(scale_hi, da), acc[r]);
+          acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d[r][b] * static_cast<float>(half_sums[r][2 * b])), acc[r]);
+          acc[r] = _mm512_fmadd_ps(offset_hi, _mm512_set1_ps(d[r][b] * static_cast<float>(half_sums[r][2 * b + 1])),
+                                   acc[r]);
         } else {
           const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dot0, dot1));
           acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(scale, da), acc[r]);
@@ -181,6 +201,8 @@ void QuantBlockGroupAvx512(const QuantizedWeights& w, int group, const Quantized
     case TensorType::kQ5_K: BlockGroupOfType<TensorType::kQ5_K>(w, group, a, y, ldy); break;
     case TensorType::kQ6_K: BlockGroupOfType<TensorType::kQ6_K>(w, group, a, y, ldy); break;
     case TensorType::kIQ4_XS: BlockGroupOfType<TensorType::kIQ4_XS>(w, group, a, y, ldy); break;
+    case TensorType::kQ3_K: BlockGroupOfType<TensorType::kQ3_K>(w, group, a, y, ldy); break;
+    case TensorType::kQ2_K: BlockGroupOfType<TensorType::kQ2_K>(w, group, a, y, ldy); break;
     default: break;  // not packed: QuantMatmul never calls this
   }
 }
