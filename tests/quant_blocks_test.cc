@@ -198,6 +198,38 @@ TEST_P(BlockMatmulTest, Bf16CopyMatchesDequantization) {
   for (size_t i = 0; i < wf.size(); ++i) ASSERT_EQ(bf16[i], Fp32ToBf16(wf[i])) << i;
 }
 
+// One parallel step for several matrices (q/k/v) gives each exactly its own product.
+TEST(QuantMatmulManyTest, EqualsSeparateProducts) {
+  std::mt19937 rng(77);
+  const int k = 512, m = 3;
+  const TensorType types[] = {TensorType::kQ4_K, TensorType::kQ8_0, TensorType::kQ5_0, TensorType::kQ2_K};
+  const int rows[] = {48, 20, 7, 33};  // packed groups, tails, and a matrix too small to pack
+  std::vector<std::vector<uint8_t>> blocks;
+  std::vector<QuantizedWeights> weights;
+  for (int i = 0; i < 4; ++i) blocks.push_back(RandomBlocks(types[i], rows[i], k, rng));
+  for (int i = 0; i < 4; ++i) weights.push_back(QuantizedWeights::FromBlocks(types[i], rows[i], k, blocks[i].data()));
+  std::vector<float> x(static_cast<size_t>(m) * k);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  QuantizedActivations a;
+  a.Quantize(x.data(), m, k, k);
+  std::vector<std::vector<float>> fused(4), alone(4);
+  QuantMatmulTask tasks[4];
+  for (int i = 0; i < 4; ++i) {
+    fused[i].assign(static_cast<size_t>(m) * rows[i], std::nanf(""));
+    alone[i].assign(static_cast<size_t>(m) * rows[i], std::nanf(""));
+    tasks[i] = {&weights[i], fused[i].data(), rows[i]};
+    QuantMatmul(weights[i], a, alone[i].data(), rows[i]);
+  }
+  QuantMatmulMany(tasks, a);
+  for (int i = 0; i < 4; ++i) {
+    for (size_t j = 0; j < fused[i].size(); ++j) {
+      ASSERT_FALSE(std::isnan(fused[i][j])) << "matrix " << i << " output " << j << " not written";
+      ASSERT_EQ(fused[i][j], alone[i][j]) << "matrix " << i << " output " << j;
+    }
+  }
+}
+
 std::vector<Shape> Shapes() {
   std::vector<Shape> shapes;
   for (TensorType t : kFormats) {

@@ -237,9 +237,11 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     Layer& layer = layers_[l];
     // Attention block.
     RmsNorm(w.x.data(), layer.attn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
-    HETERO_RETURN_IF_ERROR(layer.q->Forward(w.h.data(), T, w.q.data(), w.scratch));
-    HETERO_RETURN_IF_ERROR(layer.k->Forward(w.h.data(), T, w.k.data(), w.scratch));
-    HETERO_RETURN_IF_ERROR(layer.v->Forward(w.h.data(), T, w.v.data(), w.scratch));
+    {
+      const Linear* qkv[] = {layer.q.get(), layer.k.get(), layer.v.get()};
+      float* out[] = {w.q.data(), w.k.data(), w.v.data()};
+      HETERO_RETURN_IF_ERROR(ForwardSameInput(qkv, w.h.data(), T, out, w.scratch));
+    }
     AddBias(w.q.data(), layer.q_bias, T);
     AddBias(w.k.data(), layer.k_bias, T);
     AddBias(w.v.data(), layer.v_bias, T);
@@ -275,8 +277,11 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
     // Feed-forward block (SwiGLU).
     RmsNorm(w.x.data(), layer.ffn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
-    HETERO_RETURN_IF_ERROR(layer.gate->Forward(w.h.data(), T, w.gate.data(), w.scratch));
-    HETERO_RETURN_IF_ERROR(layer.up->Forward(w.h.data(), T, w.up.data(), w.scratch));
+    {
+      const Linear* gate_up[] = {layer.gate.get(), layer.up.get()};
+      float* out[] = {w.gate.data(), w.up.data()};
+      HETERO_RETURN_IF_ERROR(ForwardSameInput(gate_up, w.h.data(), T, out, w.scratch));
+    }
     SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
     HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
     AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);

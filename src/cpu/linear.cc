@@ -105,6 +105,9 @@ class QuantLinear : public Linear {
   bool reads_source_weights() const override {
     return bf16_min_rows_ != kNeverBf16 || !QuantMatmulUsesAvx512() || weights_.packed_rows < n_;
   }
+  const QuantizedWeights* IntegerPath(int m, const LinearScratch& scratch) const override {
+    return m < bf16_min_rows_ || scratch.decode ? &weights_ : nullptr;
+  }
   std::string Describe() const override {
     const std::string layout = weights_.packed.empty() ? "" : " packed";
     if (bf16_min_rows_ == kNeverBf16) return absl::StrCat("native ", TensorTypeName(weights_.type), layout);
@@ -173,6 +176,25 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx
   } catch (const dnnl::error& e) {
     return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));
   }
+}
+
+absl::Status ForwardSameInput(absl::Span<const Linear* const> linears, const float* x, int m,
+                              absl::Span<float* const> ys, LinearScratch& scratch) {
+  QuantMatmulTask tasks[kMaxQuantMatmulTasks];
+  bool fused = !linears.empty() && linears.size() <= kMaxQuantMatmulTasks && linears.size() == ys.size();
+  for (size_t i = 0; fused && i < linears.size(); ++i) {
+    const QuantizedWeights* w = linears[i]->IntegerPath(m, scratch);
+    fused = w != nullptr && linears[i]->k() == linears[0]->k();
+    if (fused) tasks[i] = {w, ys[i], linears[i]->n()};
+  }
+  if (!fused) {
+    for (size_t i = 0; i < linears.size(); ++i) HETERO_RETURN_IF_ERROR(linears[i]->Forward(x, m, ys[i], scratch));
+    return absl::OkStatus();
+  }
+  const int k = linears[0]->k();
+  scratch.activations.Quantize(x, m, k, k);
+  QuantMatmulMany(absl::MakeConstSpan(tasks, linears.size()), scratch.activations);
+  return absl::OkStatus();
 }
 
 }  // namespace hetero

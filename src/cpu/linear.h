@@ -46,12 +46,21 @@ class Linear {
   // Whether Forward reads the tensor's bytes in the model file (false: only its own copy).
   virtual bool reads_source_weights() const { return true; }
   virtual std::string Describe() const = 0;
+  // The native weights Forward would multiply `m` rows with on the integer kernels, or
+  // nullptr where it takes another path.
+  virtual const QuantizedWeights* IntegerPath(int m, const LinearScratch& scratch) const { return nullptr; }
 
  protected:
   Linear(int n, int k) : n_(n), k_(k) {}
   int n_;
   int k_;
 };
+
+// ys[i] = x linears[i]^T for linears of the same input width: where all take the integer
+// kernels, x is quantized once and the products run as one parallel step (decode's q/k/v
+// and gate/up); otherwise one Forward each. Results equal separate Forward calls exactly.
+absl::Status ForwardSameInput(absl::Span<const Linear* const> linears, const float* x, int m,
+                              absl::Span<float* const> ys, LinearScratch& scratch);
 
 struct LinearContext {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};

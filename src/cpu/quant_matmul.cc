@@ -388,48 +388,57 @@ void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end,
   }
 }
 
-void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
+namespace {
+
+// The pieces a product is cut into for the threads: one per packed group of 16 outputs, then
+// one per output row past the last group (or one per row where nothing is packed).
+int WorkItems(const QuantizedWeights& w) {
+  if (w.packed.empty()) return w.n;
+  return w.packed_rows / QuantizedWeights::kGroupRows + (w.n - w.packed_rows);
+}
+
+void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i, float* y, int ldy) {
   const bool classic = IsClassicFormat(w.type);
   const bool simd = HaveAvx512Vnni() && classic;
-  const bool avx2 = !simd && HaveAvx2() && classic;
-  const int n = w.n;
-  const int rows = a.rows;
-  // Outputs are split over threads; each thread streams its own weight rows once and
-  // meets every activation row with them while they are in cache.
-  if (!classic && !w.packed.empty()) {
-    // Packed units for the groups of 16 (AVX-512 VNNI), the portable kernel for the rest.
-    const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
-    ParallelFor(groups + (n - w.packed_rows), ThreadPool::Schedule::kStatic, [&](int i) {
-      if (i < groups) {
-        internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
-      } else {
-        const int j = w.packed_rows + (i - groups);
-        for (int m = 0; m < rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
-      }
-    });
-    return;
-  }
-  if (simd && !w.packed.empty()) {
-    // Groups of 16 outputs from the packed tiles, then the rows past the last full group.
-    const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
-    const int tail = n - w.packed_rows;
-    ParallelFor(groups + tail, ThreadPool::Schedule::kStatic, [&](int i) {
-      if (i < groups) {
-        internal::QuantGroupAvx512(w, i, a, y, ldy);
-      } else {
-        internal::QuantRowsAvx512(w, w.packed_rows + (i - groups), a, y, ldy);
-      }
-    });
-    return;
-  }
-  ParallelFor(n, ThreadPool::Schedule::kStatic, [&](int j) {
-    if (simd) {
-      internal::QuantRowsAvx512(w, j, a, y, ldy);
-    } else if (avx2) {
-      internal::QuantRowsAvx2(w, j, a, y, ldy);
+  const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
+  if (!w.packed.empty() && i < groups) {
+    if (classic) {
+      internal::QuantGroupAvx512(w, i, a, y, ldy);
     } else {
-      for (int m = 0; m < rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
+      internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
     }
+    return;
+  }
+  const int j = w.packed.empty() ? i : w.packed_rows + (i - groups);
+  if (simd) {
+    internal::QuantRowsAvx512(w, j, a, y, ldy);
+  } else if (classic && HaveAvx2()) {
+    internal::QuantRowsAvx2(w, j, a, y, ldy);
+  } else {
+    for (int m = 0; m < a.rows; ++m) y[static_cast<size_t>(m) * ldy + j] = internal::QuantDotPortable(w, j, a, m);
+  }
+}
+
+}  // namespace
+
+// Outputs are split over threads; each thread streams its own weight rows once and meets
+// every activation row with them while they are in cache.
+void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
+  ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic, [&](int i) { RunWorkItem(w, a, i, y, ldy); });
+}
+
+void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a) {
+  int total = 0;
+  int starts[kMaxQuantMatmulTasks + 1];
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    starts[t] = total;
+    total += WorkItems(*tasks[t].weights);
+  }
+  starts[tasks.size()] = total;
+  ParallelFor(total, ThreadPool::Schedule::kStatic, [&](int i) {
+    size_t t = 0;
+    while (i >= starts[t + 1]) ++t;
+    RunWorkItem(*tasks[t].weights, a, i - starts[t], tasks[t].y, tasks[t].ldy);
   });
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "src/runtime/tensor_type.h"
 
 namespace hetero {
@@ -79,6 +80,17 @@ struct QuantizedWeights {
 // y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` and outputs j in [0, w.n),
 // split over the current thread pool (thread_pool.h).
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy);
+
+// Several products of the same activations (a layer's q, k and v; gate and up) as one
+// parallel step: one hand-off to the threads instead of one per matrix. Each output is
+// computed exactly as QuantMatmul computes it.
+struct QuantMatmulTask {
+  const QuantizedWeights* weights;
+  float* y;
+  int ldy;
+};
+inline constexpr size_t kMaxQuantMatmulTasks = 8;
+void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a);  // at most 8 tasks
 
 // Rows [row_begin, row_end) of `w` as bf16 (round to nearest even), row-major n x k: the
 // transient copy the bf16 GEMM path multiplies. AVX-512 BF16 where available.
