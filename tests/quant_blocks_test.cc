@@ -105,9 +105,10 @@ TEST_P(BlockMatmulTest, MatchesFloat64Reference) {
   std::mt19937 rng(s.n * 131 + s.k * 7 + s.m + static_cast<int>(s.type) * 1009);
   const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
   const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
-  const bool packable = internal::GetPackedUnitLayout(s.type).runs > 0;
-  if (QuantMatmulUsesAvx512() && packable && s.n >= QuantizedWeights::kGroupRows) {
-    EXPECT_FALSE(w.packed.empty()) << "the AVX-512 path should have packed units";
+  // Packed units (AVX-512 VNNI, or AVX2 for all but the IQ4 formats) wherever the native
+  // kernels are the CPU backend's choice; the portable kernel otherwise.
+  if (QuantMatmulIsFast(s.type) && s.n >= QuantizedWeights::kGroupRows) {
+    EXPECT_FALSE(w.packed.empty()) << "the SIMD path should have packed units";
     EXPECT_EQ(w.packed_rows, s.n / 16 * 16);
     // Packed at about the file's size (no float copy): within 12% including line padding;
     // Q3_K and Q2_K hold their 3 and 2 code bits in 4.

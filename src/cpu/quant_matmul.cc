@@ -64,10 +64,13 @@ bool IsClassicFormat(TensorType type) {
 
 bool QuantizedWeights::Supports(TensorType type) { return IsClassicFormat(type) || internal::IsBlockFormat(type); }
 
-bool QuantMatmulIsFast(TensorType type) {
-  if (IsClassicFormat(type)) return true;
-  return internal::IsBlockFormat(type) && HaveAvx512Vnni() && internal::GetPackedUnitLayout(type).runs > 0;
+// Whether the block format `type` is packed into units here, and so run by a SIMD kernel.
+bool PacksBlockFormat(TensorType type) {
+  if (!internal::IsBlockFormat(type) || internal::GetPackedUnitLayout(type).runs == 0) return false;
+  return HaveAvx512Vnni() || (HaveAvx2() && DetectCpu().f16c && internal::QuantBlockGroupAvx2Supports(type));
 }
+
+bool QuantMatmulIsFast(TensorType type) { return IsClassicFormat(type) || PacksBlockFormat(type); }
 
 QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, const uint8_t* blocks) {
   QuantizedWeights w;
@@ -77,7 +80,7 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   w.blocks = blocks;
   const TensorTypeTraits& traits = GetTensorTypeTraits(type);
   w.row_bytes = static_cast<size_t>(k / traits.block_size) * traits.type_size;
-  if (HaveAvx512Vnni()) w.Pack();
+  if (IsClassicFormat(type) ? HaveAvx512Vnni() : PacksBlockFormat(type)) w.Pack();
   if (!IsClassicFormat(type)) return w;  // the per-row offsets are the classic kernels' only
   // Offsets for the rows the per-row AVX-512 kernel reads (those past the packed groups).
   const size_t first = static_cast<size_t>(w.packed_rows) * (k / kBlock);
@@ -404,8 +407,10 @@ void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i
   if (!w.packed.empty() && i < groups) {
     if (classic) {
       internal::QuantGroupAvx512(w, i, a, y, ldy);
-    } else {
+    } else if (HaveAvx512Vnni()) {
       internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
+    } else {
+      internal::QuantBlockGroupAvx2(w, i, a, y, ldy);
     }
     return;
   }

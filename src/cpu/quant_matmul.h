@@ -97,8 +97,8 @@ void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedAct
 void DequantizeRowsToBf16(const QuantizedWeights& w, int row_begin, int row_end, uint16_t* out);
 
 // Whether the native kernels beat a dequantized oneDNN copy for `type` on this CPU: always
-// for Q4_0/Q4_1/Q8_0; for the other formats only where their packed AVX-512 VNNI kernels
-// run (their portable kernel is correct but 100x slower than oneDNN on an AVX2 CPU).
+// for Q4_0/Q4_1/Q8_0; for the other formats only where their packed units run (AVX-512
+// VNNI, or AVX2 for all but IQ4_NL/IQ4_XS); their portable kernel is correct but 100x slower.
 bool QuantMatmulIsFast(TensorType type);
 // Whether the AVX-512 VNNI kernels are in use on this CPU.
 bool QuantMatmulUsesAvx512();
@@ -118,6 +118,9 @@ struct PackedUnitLayout {
 PackedUnitLayout GetPackedUnitLayout(TensorType type);
 // Outputs [16 g, 16 g + 16) for every activation row, from the packed units of a block format.
 void QuantBlockGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
+// The same with AVX2 (and FMA, F16C), for the formats QuantBlockGroupAvx2Supports accepts.
+bool QuantBlockGroupAvx2Supports(TensorType type);
+void QuantBlockGroupAvx2(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
 
 // The portable kernels, also the reference the SIMD ones are tested against.
 // Rows of x (stride ld) become rows first_row.. of `a` (sized by the caller).
