@@ -10,6 +10,7 @@
 #include "src/cpu/quant_matmul.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
+#include "tests/support/quant_reference.h"
 
 namespace hetero {
 namespace {
@@ -30,17 +31,7 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k, std::mt19937& r
   return data;
 }
 
-// Row j of the dequantized weights times activation row m in float64, and the sum of the
-// products' magnitudes (the scale errors are measured against: the result can cancel).
-std::pair<double, double> ReferenceDot(const std::vector<float>& wf, const std::vector<float>& x, int k, int j, int m) {
-  double ref = 0, magnitude = 0;
-  for (int i = 0; i < k; ++i) {
-    const double p = static_cast<double>(wf[static_cast<size_t>(j) * k + i]) * x[static_cast<size_t>(m) * k + i];
-    ref += p;
-    magnitude += std::fabs(p);
-  }
-  return {ref, magnitude};
-}
+using ::hetero::testing::ReferenceDot;
 
 struct Shape {
   TensorType type;
