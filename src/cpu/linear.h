@@ -2,10 +2,10 @@
 //  - OneDnnLinear: weights converted once to f32 or bf16 and reordered into oneDNN's
 //    preferred layout; one matmul primitive per matrix, created at load with a run-time row
 //    count, so nothing is created while decoding.
-//  - QuantLinear: weights kept in their Q4_0/Q4_1/Q8_0 blocks (in the mapped file); small
-//    row counts (decode) use the integer kernels of quant_matmul.h, large ones (prompt
-//    prefill, compute bound) dequantize the matrix to bf16 into scratch memory and run a
-//    oneDNN bf16 matmul, so no second copy of the weights stays resident.
+//  - QuantLinear: weights kept in their native blocks (or quant_matmul.h's packed copy of
+//    about the same size, the file's pages then given back); the integer kernels of
+//    quant_matmul.h run every batch, except where bf16_min_rows sends large ones (prompt
+//    prefill on a CPU without VNNI) through a transient bf16 copy and a oneDNN bf16 matmul.
 #ifndef HETERO_CPU_LINEAR_H_
 #define HETERO_CPU_LINEAR_H_
 
