@@ -1,6 +1,8 @@
 // A whole model file in memory. By default it is read into private memory when opened
-// (copy-on-open): a file truncated, rewritten or deleted afterwards cannot touch the
-// loaded model, and one that shrinks while being read is a clear error at load. A
+// (copy-on-open): a file truncated, rewritten or deleted afterwards cannot touch what the
+// loaded model reads, and one that shrinks while being read is a clear error at load. (The
+// pages of matrices a backend has repacked are given back, see AdviseUnneeded; only a later
+// backend loading the same model would read those again.) A
 // memory mapping would share the page cache and start faster, but the kernel answers a
 // read of a mapped page past a truncated file's end with SIGBUS, which would kill the host
 // process; HETERO_MAP_MODEL=1 chooses the mapping anyway, for files known not to change.
