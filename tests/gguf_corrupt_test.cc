@@ -261,7 +261,8 @@ TEST(GgufCorruptTest, Utf8TextOfEveryLengthParses) {
   b.AddString("\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87", "\xf0\x9f\x98\x80");
   b.AddStringArray("tokenizer.ggml.tokens", {"\xe2\x96\x81" "a", "\xff"});  // vocabulary bytes pass through
   b.AddTensorF32("\xc3\xa9", {1}, {1});
-  auto file = GgufFile::Parse(b.Build(), "utf8.gguf");
+  const std::vector<uint8_t> bytes = b.Build();  // the file's strings are views into these
+  auto file = GgufFile::Parse(bytes, "utf8.gguf");
   ASSERT_TRUE(file.ok()) << file.status();
   EXPECT_EQ(*(*file)->GetString("\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87"), "\xf0\x9f\x98\x80");
 }
