@@ -12,6 +12,7 @@
 #include "benchmark/benchmark.h"
 #include "src/cpu/attention.h"
 #include "src/cpu/linear.h"
+#include "src/cpu/quant_blocks.h"
 #include "src/cpu/quant_matmul.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/fp16.h"
@@ -26,17 +27,7 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k) {
   std::vector<uint8_t> data(static_cast<size_t>(n) * (k / t.block_size) * t.type_size);
   std::mt19937 rng(1);
   for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
-  std::vector<int> fields = {0};
-  if (type == TensorType::kQ4_1 || type == TensorType::kQ5_1 || type == TensorType::kQ4_K ||
-      type == TensorType::kQ5_K) {
-    fields = {0, 2};
-  } else if (type == TensorType::kQ6_K) {
-    fields = {208};
-  } else if (type == TensorType::kQ2_K) {
-    fields = {80, 82};
-  } else if (type == TensorType::kQ3_K) {
-    fields = {108};
-  }
+  const std::vector<int> fields = internal::Fp16FieldOffsets(type);
   const uint16_t d = Fp32ToFp16(0.01f);
   for (size_t off = 0; off < data.size(); off += t.type_size) {
     for (int f : fields) std::memcpy(data.data() + off + f, &d, 2);

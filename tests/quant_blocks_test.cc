@@ -20,20 +20,6 @@
 namespace hetero {
 namespace {
 
-// Byte offsets of each format's fp16 fields inside a block (random bytes there would often
-// be NaN or infinity).
-std::vector<int> Fp16Fields(TensorType type) {
-  switch (type) {
-    case TensorType::kQ5_1:
-    case TensorType::kQ4_K:
-    case TensorType::kQ5_K: return {0, 2};
-    case TensorType::kQ2_K: return {80, 82};
-    case TensorType::kQ3_K: return {108};
-    case TensorType::kQ6_K: return {208};
-    default: return {0};  // Q5_0, IQ4_NL, IQ4_XS
-  }
-}
-
 std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k, std::mt19937& rng) {
   const TensorTypeTraits& t = GetTensorTypeTraits(type);
   std::vector<uint8_t> data(static_cast<size_t>(n) * (k / t.block_size) * t.type_size);
@@ -41,7 +27,7 @@ std::vector<uint8_t> RandomBlocks(TensorType type, int n, int k, std::mt19937& r
   std::bernoulli_distribution negative(0.3);
   for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
   for (size_t off = 0; off < data.size(); off += t.type_size) {
-    for (int field : Fp16Fields(type)) {
+    for (int field : internal::Fp16FieldOffsets(type)) {
       const float v = magnitude(rng) * (negative(rng) ? -1.0f : 1.0f);
       const uint16_t h = Fp32ToFp16(v);
       std::memcpy(data.data() + off + field, &h, 2);

@@ -67,6 +67,24 @@ int CodeValue(TensorType type, int code) {
   return UsesIq4Grid(type) ? kIq4Levels[code & 0x0F] : code - CodeBias(type);
 }
 
+std::vector<int> Fp16FieldOffsets(TensorType type) {
+  switch (type) {
+    case TensorType::kQ4_0:
+    case TensorType::kQ5_0:
+    case TensorType::kQ8_0:
+    case TensorType::kIQ4_NL:
+    case TensorType::kIQ4_XS: return {0};
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_1:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K: return {0, 2};
+    case TensorType::kQ2_K: return {80, 82};
+    case TensorType::kQ3_K: return {108};
+    case TensorType::kQ6_K: return {208};
+    default: return {};
+  }
+}
+
 void ExtractCodes(TensorType type, const uint8_t* row, int run, uint8_t* codes) {
   const int per_block = BlockColumns(type) / 32;  // runs of 32 per block
   const uint8_t* b = row + static_cast<size_t>(run / per_block) * BlockBytes(type);
@@ -155,14 +173,9 @@ void ExtractScaleOffset(TensorType type, const uint8_t* row, int half, float* sc
     case TensorType::kQ6_K:
       *scale = LoadFp16(b + 208) * static_cast<int8_t>(b[192 + h]);
       break;
-    case TensorType::kIQ4_XS: {
-      const int g = h / 2;
-      uint16_t scales_h;
-      std::memcpy(&scales_h, b + 2, 2);
-      const int ls = ((b[4 + g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
-      *scale = LoadFp16(b) * (ls - 32);
+    case TensorType::kIQ4_XS:
+      *scale = LoadFp16(b) * (UnpackIq4XsScale(b, h / 2) - 32);
       break;
-    }
     case TensorType::kQ2_K: {
       const uint8_t sc = b[h];
       *scale = LoadFp16(b + 80) * (sc & 0x0F);

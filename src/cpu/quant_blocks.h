@@ -8,6 +8,7 @@
 #define HETERO_CPU_QUANT_BLOCKS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "src/runtime/tensor_type.h"
 
@@ -23,6 +24,10 @@ int CodeBits(TensorType type);
 int CodeBias(TensorType type);
 inline bool UsesIq4Grid(TensorType type) { return type == TensorType::kIQ4_NL || type == TensorType::kIQ4_XS; }
 int CodeValue(TensorType type, int code);
+
+// Byte offsets of the fp16 fields (scales, minima) inside one block of a quantized type
+// (Q4_0 .. IQ4_XS); empty for others. Tests and benchmarks set them to finite values.
+std::vector<int> Fp16FieldOffsets(TensorType type);
 
 // The 32 codes of weights [32 run, 32 run + 32) of a row.
 void ExtractCodes(TensorType type, const uint8_t* row, int run, uint8_t* codes);

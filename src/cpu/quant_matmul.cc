@@ -198,16 +198,12 @@ void PackBlockFormat(QuantizedWeights& w) {
             std::memcpy(scales + 256 + 2 * lane, blk + 80, 2);
             std::memcpy(scales + 288 + 2 * lane, blk + 82, 2);
             break;
-          case TensorType::kIQ4_XS: {
-            uint16_t scales_h;
-            std::memcpy(&scales_h, blk + 2, 2);
+          case TensorType::kIQ4_XS:
             for (int r = 0; r < 8; ++r) {
-              const int ls = ((blk[4 + r / 2] >> (4 * (r % 2))) & 0x0F) | (((scales_h >> (2 * r)) & 3) << 4);
-              scales[16 * r + lane] = static_cast<uint8_t>(static_cast<int8_t>(ls - 32));
+              scales[16 * r + lane] = static_cast<uint8_t>(static_cast<int8_t>(UnpackIq4XsScale(blk, r) - 32));
             }
             std::memcpy(scales + 128 + 2 * lane, blk, 2);
             break;
-          }
           default:
             break;
         }

@@ -240,13 +240,9 @@ void DequantIQ4_NL(const uint8_t* b, float* y) {
 // IQ4_NL grid.
 void DequantIQ4_XS(const uint8_t* b, float* y) {
   const float d = ReadFp16(b);
-  uint16_t scales_h;
-  std::memcpy(&scales_h, b + 2, 2);
-  const uint8_t* scales_l = b + 4;
   const uint8_t* qs = b + 8;
   for (int g = 0; g < kQK_K / 32; ++g) {
-    const int ls = ((scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
-    const float dl = d * (ls - 32);
+    const float dl = d * (UnpackIq4XsScale(b, g) - 32);
     for (int j = 0; j < 16; ++j) {
       y[j] = dl * kIq4Levels[qs[j] & 0x0F];
       y[j + 16] = dl * kIq4Levels[qs[j] >> 4];

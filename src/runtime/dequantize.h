@@ -33,12 +33,20 @@ inline void UnpackK4ScaleMin(const uint8_t* packed, int j, uint8_t* scale, uint8
   }
 }
 
+// The 6-bit scale of group g (0..7) of an IQ4_XS block, still biased by 32: 4 low bits in
+// scales_l (bytes 4..7), 2 high bits in scales_h (bytes 2..3).
+inline int UnpackIq4XsScale(const uint8_t* block, int g) {
+  const int scales_h = block[2] | (block[3] << 8);
+  return ((block[4 + g / 2] >> (4 * (g % 2))) & 0x0F) | (((scales_h >> (2 * g)) & 3) << 4);
+}
+
 // The 16 6-bit scales of a Q3_K super-block (still biased by 32), from its 12 packed bytes.
 void UnpackQ3KScales(const uint8_t* packed, int8_t* scales);
 
 // Dequantizes `dst.size()` elements of `type` from `src`. The element count must be a
 // multiple of the type's block size and `src` must hold exactly the matching bytes.
-// Unsupported types (IQ2*, IQ3*, IQ1*, TQ*, ...) give Unimplemented naming the type.
+// Unsupported types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0,
+// MXFP4, Q8_1 and the integer types) give Unimplemented naming the type.
 absl::Status Dequantize(TensorType type, absl::Span<const uint8_t> src, absl::Span<float> dst);
 
 // Dequantizes a whole tensor from a GGUF file; errors name the tensor.
