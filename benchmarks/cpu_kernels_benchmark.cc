@@ -186,7 +186,7 @@ void BM_Attention(benchmark::State& state) {
   omp_set_num_threads(1);
   const int rows = static_cast<int>(state.range(0));
   const int keys = 512;
-  const AttentionShape shape{9, 3, 64, 16};
+  const AttentionShape shape{9, 3, 64, 16, 0.125f};
   const Attention attention(shape);
   const int blocks = keys / shape.block_tokens;
   std::vector<float> kv = RandomFloats(static_cast<size_t>(blocks) * 2 * 3 * 16 * 64);
@@ -198,7 +198,7 @@ void BM_Attention(benchmark::State& state) {
   for (int r = 0; r < rows; ++r) positions[r] = keys - rows + r;
   std::vector<const SequenceKv*> kvs(rows, &seq);
   for (auto _ : state) {
-    attention.Run(q.data(), rows, positions.data(), kvs, out.data());
+    attention.Run(q.data(), rows, positions.data(), kvs, /*window=*/0, out.data());
     benchmark::DoNotOptimize(out.data());
   }
   // Useful work: q.k and p.v over the causal keys.

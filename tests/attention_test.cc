@@ -1,7 +1,7 @@
 // Decode attention kernels (AVX-512 and portable) against a float64 softmax-attention
 // reference, on random queries, keys and values in paged blocks: key counts that are not
 // multiples of 16 or of the block size, one and several query heads per KV head, head
-// dimensions 64 and 128.
+// dimensions 64 and 128, and windows that start inside a block (sliding-window layers).
 #include <cmath>
 #include <random>
 #include <vector>
@@ -15,6 +15,7 @@ namespace {
 
 struct Case {
   int n_keys, group, head_dim, block_tokens;
+  int first_key = 0;  // keys start this far into the first block
 };
 
 class AttentionDecodeTest : public ::testing::TestWithParam<Case> {};
@@ -25,7 +26,7 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   // One KV head pair per block region: [k | v][slot][dim], plus an unrelated head before
   // each, so the offsets matter.
-  const int n_blocks = (c.n_keys + c.block_tokens - 1) / c.block_tokens;
+  const int n_blocks = (c.first_key + c.n_keys + c.block_tokens - 1) / c.block_tokens;
   const size_t head_floats = static_cast<size_t>(c.block_tokens) * c.head_dim;
   std::vector<std::vector<float>> storage(n_blocks, std::vector<float>(4 * head_floats));
   std::vector<const float*> blocks;
@@ -35,15 +36,17 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
   }
   std::vector<float> q(static_cast<size_t>(c.group) * c.head_dim);
   for (float& v : q) v = dist(rng);
-  internal::DecodeQuery query{q.data(), c.group, c.head_dim, c.n_keys, blocks.data(), c.block_tokens,
-                              head_floats, 3 * head_floats, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  internal::DecodeQuery query{q.data(),     c.group,       c.head_dim,  c.n_keys,
+                              c.first_key,  blocks.data(), c.block_tokens, head_floats,
+                              3 * head_floats, 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
 
   std::vector<double> want(q.size());
   for (int h = 0; h < c.group; ++h) {
     std::vector<double> s(c.n_keys);
     double max = -1e300;
     for (int j = 0; j < c.n_keys; ++j) {
-      const float* k = blocks[j / c.block_tokens] + head_floats + static_cast<size_t>(j % c.block_tokens) * c.head_dim;
+      const int i = c.first_key + j;
+      const float* k = blocks[i / c.block_tokens] + head_floats + static_cast<size_t>(i % c.block_tokens) * c.head_dim;
       double dot = 0;
       for (int d = 0; d < c.head_dim; ++d) dot += static_cast<double>(q[h * c.head_dim + d]) * k[d];
       s[j] = dot * query.scale;
@@ -52,7 +55,8 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
     double sum = 0;
     for (double& v : s) sum += (v = std::exp(v - max));
     for (int j = 0; j < c.n_keys; ++j) {
-      const float* v = blocks[j / c.block_tokens] + 3 * head_floats + static_cast<size_t>(j % c.block_tokens) * c.head_dim;
+      const int i = c.first_key + j;
+      const float* v = blocks[i / c.block_tokens] + 3 * head_floats + static_cast<size_t>(i % c.block_tokens) * c.head_dim;
       for (int d = 0; d < c.head_dim; ++d) want[h * c.head_dim + d] += s[j] / sum * v[d];
     }
   }
@@ -82,11 +86,13 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
                          ::testing::Values(Case{1, 1, 64, 16}, Case{5, 3, 64, 16}, Case{16, 3, 64, 16},
                                            Case{17, 1, 128, 16}, Case{100, 3, 64, 16}, Case{301, 4, 128, 32},
-                                           Case{33, 8, 64, 8}),
+                                           Case{33, 8, 64, 8}, Case{1, 1, 64, 16, 15}, Case{37, 4, 256, 16, 5},
+                                           Case{512, 1, 256, 16, 13}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return "keys" + std::to_string(c.n_keys) + "_group" + std::to_string(c.group) + "_hd" +
-                                  std::to_string(c.head_dim) + "_bt" + std::to_string(c.block_tokens);
+                                  std::to_string(c.head_dim) + "_bt" + std::to_string(c.block_tokens) + "_first" +
+                                  std::to_string(c.first_key);
                          });
 
 }  // namespace

@@ -153,7 +153,7 @@ TEST(ModelConfigTest, InconsistentHyperparameters) {
   huge.AddUint32("llama.block_count", 1u << 24);
   EXPECT_THAT(Model::Load(WriteTempFile(huge.Build(), "huge_layers.gguf")),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("block_count is 16777216, which needs at least 150994944 tensors, but the file has 20")));
+                       HasSubstr("block_count is 16777216, which needs at least 100663296 tensors, but the file has 20")));
   TinyModelOptions zero;
   zero.n_layers = 0;
   EXPECT_THAT(LoadTiny(zero, "zero_layers.gguf"),

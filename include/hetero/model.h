@@ -33,7 +33,7 @@ enum class RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama" or "qwen2"
+  std::string architecture;  // general.architecture: "llama", "qwen2", "qwen3", "gemma3", "phi3", ...
   std::string name;          // general.name, empty when absent
   int n_layers = 0;
   int n_embd = 0;      // hidden size
@@ -53,6 +53,10 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   bool attention_bias = false;   // q/k/v projections carry biases
+  int sliding_window = 0;        // positions a windowed layer's query sees (0: every layer is global)
+  // What the architecture adds to the plain llama layer, one line each for people
+  // (hetero-inspect), e.g. "per-head RMS norms on queries and keys".
+  std::vector<std::string> features;
 };
 
 struct TensorSummary {

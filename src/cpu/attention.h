@@ -22,6 +22,7 @@ struct AttentionShape {
   int n_kv_heads;
   int head_dim;
   int block_tokens;
+  float scale;  // multiplies q·k (usually 1/sqrt(head_dim))
 };
 
 // Where one sequence's keys and values for one layer live: a pointer per KV block to the
@@ -36,12 +37,12 @@ class Attention {
   explicit Attention(const AttentionShape& shape) : s_(shape) {}
 
   // q: rows x (n_heads * head_dim); out: same shape. Row r attends to positions
-  // 0..positions[r] of kv[r].
+  // 0..positions[r] of kv[r], or with `window` > 0 to the last `window` of them.
   void Run(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
-           float* out) const;
+           int window, float* out) const;
 
  private:
-  void RunRow(const float* q, int position, const SequenceKv& kv, float* out) const;
+  void RunRow(const float* q, int position, const SequenceKv& kv, int window, float* out) const;
 
   AttentionShape s_;
 };

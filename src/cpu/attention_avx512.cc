@@ -49,8 +49,13 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
   const int chunks = hd / 16;
   const int n = query.n_keys;
   const int bt = query.block_tokens;
-  const auto key = [&](int j) { return query.blocks[j / bt] + query.k_offset + static_cast<size_t>(j % bt) * hd; };
-  const auto value = [&](int j) { return query.blocks[j / bt] + query.v_offset + static_cast<size_t>(j % bt) * hd; };
+  const int f = query.first_key;
+  const auto key = [&](int j) {
+    return query.blocks[(j + f) / bt] + query.k_offset + static_cast<size_t>((j + f) % bt) * hd;
+  };
+  const auto value = [&](int j) {
+    return query.blocks[(j + f) / bt] + query.v_offset + static_cast<size_t>((j + f) % bt) * hd;
+  };
   const size_t ld = static_cast<size_t>(n + 15) / 16 * 16;  // scores row stride
 
   // Scores, four keys at a time (one combined horizontal sum), then the rest one by one.

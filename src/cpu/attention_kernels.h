@@ -8,14 +8,15 @@
 
 namespace hetero {
 namespace internal {
-// One decode step of the `group` query heads that share one KV head: key j of the sequence
-// is at blocks[j / block_tokens] + k_offset + (j % block_tokens) * head_dim (values at
-// v_offset). `q` and `out` hold group x head_dim floats.
+// One decode step of the `group` query heads that share one KV head over n_keys keys:
+// key j is at blocks[i / block_tokens] + k_offset + (i % block_tokens) * head_dim with
+// i = first_key + j (values at v_offset). `q` and `out` hold group x head_dim floats.
 struct DecodeQuery {
   const float* q;
   int group;
   int head_dim;  // a multiple of 16 for the AVX-512 kernel
   int n_keys;
+  int first_key;  // within blocks[0]: a sliding window starts mid-block
   const float* const* blocks;
   int block_tokens;
   size_t k_offset;

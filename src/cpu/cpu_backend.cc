@@ -11,6 +11,7 @@
 #include "src/cpu/quant_matmul.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/model_impl.h"
+#include "src/runtime/models/model_definition.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -85,35 +86,52 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
 absl::Status CpuBackend::Init() {
   omp_set_num_threads(options_.threads);
   const GgufFile& file = *model_.impl().gguf;
+  const ModelDefinition& d = model_.impl().definition;
   const ModelConfig& c = config_;
-  token_embd_ = file.FindTensor("token_embd.weight");
-  HETERO_ASSIGN_OR_RETURN(output_norm_, LoadFloatTensor(file, "output_norm.weight"));
-  const GgufTensorInfo* output = c.tied_embeddings ? token_embd_ : file.FindTensor("output.weight");
-  HETERO_ASSIGN_OR_RETURN(output_, MakeLinear(*output, /*source_read_elsewhere=*/c.tied_embeddings));
-  std::vector<float> freq_factors;
-  if (c.has_rope_freq_factors) {
-    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));
-  }
-  rope_ = std::make_unique<Rope>(c, std::move(freq_factors));
-  attention_ = std::make_unique<Attention>(AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim, options_.kv_block_tokens});
+  const auto optional_vector = [&](const std::string& name) -> absl::StatusOr<std::vector<float>> {
+    if (name.empty()) return std::vector<float>{};
+    return LoadFloatTensor(file, name);
+  };
+  const auto matrix = [&](const TensorSlice& slice) { return MakeLinear(SliceTensor(file, slice)); };
+  token_embd_ = file.FindTensor(d.token_embd);
+  HETERO_ASSIGN_OR_RETURN(output_norm_, LoadFloatTensor(file, d.output_norm));
+  const bool tied = d.output == d.token_embd;
+  HETERO_ASSIGN_OR_RETURN(output_, MakeLinear(*file.FindTensor(d.output), /*source_read_elsewhere=*/tied));
+  HETERO_ASSIGN_OR_RETURN(const std::vector<float> freq_factors, optional_vector(d.rope_freqs));
+  attention_ = std::make_unique<Attention>(
+      AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim, options_.kv_block_tokens, d.attention_scale});
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = absl::StrCat("blk.", i, ".");
+    const LayerDefinition& ld = d.layers[i];
     Layer& l = layers_[i];
-    HETERO_ASSIGN_OR_RETURN(l.attn_norm, LoadFloatTensor(file, p + "attn_norm.weight"));
-    HETERO_ASSIGN_OR_RETURN(l.ffn_norm, LoadFloatTensor(file, p + "ffn_norm.weight"));
-    if (c.attention_bias) {
-      HETERO_ASSIGN_OR_RETURN(l.q_bias, LoadFloatTensor(file, p + "attn_q.bias"));
-      HETERO_ASSIGN_OR_RETURN(l.k_bias, LoadFloatTensor(file, p + "attn_k.bias"));
-      HETERO_ASSIGN_OR_RETURN(l.v_bias, LoadFloatTensor(file, p + "attn_v.bias"));
+    HETERO_ASSIGN_OR_RETURN(l.attn_norm, LoadFloatTensor(file, ld.attn_norm));
+    HETERO_ASSIGN_OR_RETURN(l.ffn_norm, LoadFloatTensor(file, ld.ffn_norm));
+    HETERO_ASSIGN_OR_RETURN(l.q_bias, optional_vector(ld.q_bias));
+    HETERO_ASSIGN_OR_RETURN(l.k_bias, optional_vector(ld.k_bias));
+    HETERO_ASSIGN_OR_RETURN(l.v_bias, optional_vector(ld.v_bias));
+    HETERO_ASSIGN_OR_RETURN(l.q_norm, optional_vector(ld.q_norm));
+    HETERO_ASSIGN_OR_RETURN(l.k_norm, optional_vector(ld.k_norm));
+    HETERO_ASSIGN_OR_RETURN(l.post_attn_norm, optional_vector(ld.post_attn_norm));
+    HETERO_ASSIGN_OR_RETURN(l.post_ffn_norm, optional_vector(ld.post_ffn_norm));
+    HETERO_ASSIGN_OR_RETURN(l.q, matrix(ld.q));
+    HETERO_ASSIGN_OR_RETURN(l.k, matrix(ld.k));
+    HETERO_ASSIGN_OR_RETURN(l.v, matrix(ld.v));
+    HETERO_ASSIGN_OR_RETURN(l.o, matrix(ld.o));
+    HETERO_ASSIGN_OR_RETURN(l.gate, matrix(ld.gate));
+    HETERO_ASSIGN_OR_RETURN(l.up, matrix(ld.up));
+    HETERO_ASSIGN_OR_RETURN(l.down, matrix(ld.down));
+    l.sliding_window = ld.sliding_window;
+    // One rotation table per distinct (base, factor): Gemma 3 has two.
+    auto rope = std::find_if(ropes_.begin(), ropes_.end(), [&](const RopeTable& r) {
+      return r.base == ld.rope_freq_base && r.linear_factor == ld.rope_linear_factor;
+    });
+    if (rope == ropes_.end()) {
+      ropes_.push_back({ld.rope_freq_base, ld.rope_linear_factor,
+                        std::make_unique<Rope>(c, ld.rope_freq_base, ld.rope_linear_factor, freq_factors,
+                                               d.rope_attn_factor)});
+      rope = ropes_.end() - 1;
     }
-    HETERO_ASSIGN_OR_RETURN(l.q, MakeLinear(*file.FindTensor(p + "attn_q.weight")));
-    HETERO_ASSIGN_OR_RETURN(l.k, MakeLinear(*file.FindTensor(p + "attn_k.weight")));
-    HETERO_ASSIGN_OR_RETURN(l.v, MakeLinear(*file.FindTensor(p + "attn_v.weight")));
-    HETERO_ASSIGN_OR_RETURN(l.o, MakeLinear(*file.FindTensor(p + "attn_output.weight")));
-    HETERO_ASSIGN_OR_RETURN(l.gate, MakeLinear(*file.FindTensor(p + "ffn_gate.weight")));
-    HETERO_ASSIGN_OR_RETURN(l.up, MakeLinear(*file.FindTensor(p + "ffn_up.weight")));
-    HETERO_ASSIGN_OR_RETURN(l.down, MakeLinear(*file.FindTensor(p + "ffn_down.weight")));
+    l.rope = rope->rope.get();
   }
 
   const CpuInfo& cpu = DetectCpu();
@@ -194,6 +212,7 @@ float* CpuBackend::KvBlock(int block) {
 absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
                                 float* hidden, int hidden_layers) {
   const ModelConfig& c = config_;
+  const ModelDefinition& d = model_.impl().definition;
   const int T = static_cast<int>(rows.size());
   const int E = c.n_embd;
   const int qd = c.n_heads * c.head_dim;
@@ -229,6 +248,17 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
                                       token_embd_->data.subspan(rows[r].token * embd_row_bytes, embd_row_bytes),
                                       absl::MakeSpan(w.x.data() + static_cast<size_t>(r) * E, E)));
   }
+  if (d.embedding_scale != 1.0f) ScaleInPlace(w.x.data(), d.embedding_scale, static_cast<size_t>(T) * E);
+  // x += residual_scale * norm(tmp), the norm where the layer has one after its block.
+  const auto add_residual = [&](const std::vector<float>& post_norm, int rows_) {
+    const size_t n = static_cast<size_t>(rows_) * E;
+    if (!post_norm.empty()) RmsNorm(w.tmp.data(), post_norm.data(), rows_, E, c.rms_norm_eps, w.tmp.data());
+    if (d.residual_scale == 1.0f) {
+      AddInPlace(w.x.data(), w.tmp.data(), n);
+    } else {
+      AddScaledInPlace(w.x.data(), w.tmp.data(), d.residual_scale, n);
+    }
+  };
 
   const int bt = options_.kv_block_tokens;
   const size_t layer_stride = kv_layout_.layer_floats();
@@ -245,8 +275,12 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     AddBias(w.q.data(), layer.q_bias, T);
     AddBias(w.k.data(), layer.k_bias, T);
     AddBias(w.v.data(), layer.v_bias, T);
-    rope_->Apply(w.q.data(), T, c.n_heads, positions.data());
-    rope_->Apply(w.k.data(), T, c.n_kv_heads, positions.data());
+    if (!layer.q_norm.empty()) RmsNorm(w.q.data(), layer.q_norm.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps, w.q.data());
+    if (!layer.k_norm.empty()) {
+      RmsNorm(w.k.data(), layer.k_norm.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps, w.k.data());
+    }
+    layer.rope->Apply(w.q.data(), T, c.n_heads, positions.data());
+    layer.rope->Apply(w.k.data(), T, c.n_kv_heads, positions.data());
     // Store this layer's keys and values in the shared block layout (src/runtime/kv_layout.h).
     for (int r = 0; r < T; ++r) {
       float* block = KvBlock(kv_.BlockOf(rows[r].seq, rows[r].position));
@@ -272,19 +306,23 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
       if (r == 0 || rows[r].seq != rows[r - 1].seq) ++i;
       row_kv[r] = &seq_kv[i];
     }
-    attention_->Run(w.q.data(), T, positions.data(), row_kv, w.att.data());
+    attention_->Run(w.q.data(), T, positions.data(), row_kv, layer.sliding_window, w.att.data());
     HETERO_RETURN_IF_ERROR(layer.o->Forward(w.att.data(), T, w.tmp.data(), w.scratch));
-    AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
-    // Feed-forward block (SwiGLU).
+    add_residual(layer.post_attn_norm, T);
+    // Feed-forward block.
     RmsNorm(w.x.data(), layer.ffn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
     {
       const Linear* gate_up[] = {layer.gate.get(), layer.up.get()};
       float* out[] = {w.gate.data(), w.up.data()};
       HETERO_RETURN_IF_ERROR(ForwardSameInput(gate_up, w.h.data(), T, out, w.scratch));
     }
-    SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
+    if (d.activation == FfnActivation::kGeluTanh) {
+      GeluTanhMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
+    } else {
+      SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
+    }
     HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
-    AddInPlace(w.x.data(), w.tmp.data(), static_cast<size_t>(T) * E);
+    add_residual(layer.post_ffn_norm, T);
   }
   if (hidden != nullptr) {  // embeddings: every row's final-norm output, no logits
     RmsNorm(w.x.data(), output_norm_.data(), T, E, c.rms_norm_eps, hidden);
@@ -298,6 +336,7 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   }
   RmsNorm(w.tmp.data(), output_norm_.data(), n_out, E, c.rms_norm_eps, w.h.data());
   HETERO_RETURN_IF_ERROR(output_->Forward(w.h.data(), n_out, logits, w.scratch));
+  if (d.logit_scale != 1.0f) ScaleInPlace(logits, d.logit_scale, static_cast<size_t>(n_out) * c.n_vocab);
   for (const Row& r : rows) kv_.Advance(r.seq, 1);
   return absl::OkStatus();
 }

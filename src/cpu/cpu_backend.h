@@ -1,4 +1,4 @@
-// The CPU backend: the llama/qwen2 transformer in f32 activations, matrix products through
+// The CPU backend: any model definition (src/runtime/models/) in f32 activations, matrix products through
 // oneDNN and the native quantized kernels (see linear.h), a paged f32 KV cache, a thread
 // pool for our kernels (oneDNN threads itself with OpenMP).
 #ifndef HETERO_CPU_CPU_BACKEND_H_
@@ -76,10 +76,19 @@ class CpuBackend : public PagedBackend {
                                                         EmbeddingPooling pooling, int layers = 0) override;
 
  private:
+  // One layer of the model's definition (src/runtime/models/model_definition.h); empty
+  // vectors are absent steps.
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;
-    std::vector<float> q_bias, k_bias, v_bias;  // empty without biases
+    std::vector<float> q_bias, k_bias, v_bias;
+    std::vector<float> q_norm, k_norm, post_attn_norm, post_ffn_norm;
     std::unique_ptr<Linear> q, k, v, o, gate, up, down;
+    const Rope* rope = nullptr;
+    int sliding_window = 0;
+  };
+  struct RopeTable {
+    float base, linear_factor;
+    std::unique_ptr<Rope> rope;
   };
   // One row of a forward batch: a token at a position of a sequence.
   struct Row {
@@ -112,7 +121,7 @@ class CpuBackend : public PagedBackend {
   std::vector<float> output_norm_;
   std::unique_ptr<Linear> output_;
   const GgufTensorInfo* token_embd_ = nullptr;
-  std::unique_ptr<Rope> rope_;
+  std::vector<RopeTable> ropes_;
   std::unique_ptr<Attention> attention_;
   std::unique_ptr<ThreadPool> pool_;  // options_.threads threads for the kernels' loops
 

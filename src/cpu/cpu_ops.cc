@@ -18,9 +18,10 @@ void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, fl
   });
 }
 
-Rope::Rope(const ModelConfig& config, std::vector<float> freq_factors)
+Rope::Rope(const ModelConfig& config, double base, double linear_factor, const std::vector<float>& freq_factors,
+           float attn_factor)
     : head_dim_(config.head_dim), rope_dim_(config.rope_dim), neox_(config.rope_style == RopeStyle::kNeox),
-      inv_freq_(RopeInverseFrequencies(config, freq_factors)) {}
+      attn_factor_(attn_factor), inv_freq_(RopeInverseFrequencies(config.rope_dim, base, linear_factor, freq_factors)) {}
 
 void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const {
   const int half = rope_dim_ / 2;
@@ -28,8 +29,8 @@ void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const 
     std::vector<float> cos_t(half), sin_t(half);
     for (int i = 0; i < half; ++i) {
       const double angle = positions[r] * inv_freq_[i];
-      cos_t[i] = static_cast<float>(std::cos(angle));
-      sin_t[i] = static_cast<float>(std::sin(angle));
+      cos_t[i] = static_cast<float>(std::cos(angle)) * attn_factor_;
+      sin_t[i] = static_cast<float>(std::sin(angle)) * attn_factor_;
     }
     for (int h = 0; h < heads; ++h) {
       float* v = x + (static_cast<size_t>(r) * heads + h) * head_dim_;
@@ -59,8 +60,31 @@ void SiluMul(float* gate, const float* up, size_t count) {
   }
 }
 
+void GeluTanhMul(float* gate, const float* up, size_t count) {
+  const auto range = [&](size_t begin, size_t end) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    for (size_t i = begin; i < end; ++i) {
+      const float g = gate[i];
+      gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+    }
+  };
+  if (count < 4096) {
+    range(0, count);
+  } else {
+    ParallelForRanges(count, range);
+  }
+}
+
 void AddInPlace(float* x, const float* y, size_t count) {
   for (size_t i = 0; i < count; ++i) x[i] += y[i];
+}
+
+void AddScaledInPlace(float* x, const float* y, float scale, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] += scale * y[i];
+}
+
+void ScaleInPlace(float* x, float scale, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] *= scale;
 }
 
 }  // namespace hetero

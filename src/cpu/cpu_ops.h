@@ -14,10 +14,12 @@ void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, fl
 
 // Rotary position embedding, in place, on `rows` rows of `heads` x `head_dim` values; row r
 // has position positions[r]. Normal style rotates pairs (2i, 2i+1), NeoX pairs (i, i + d/2),
-// over the first rope_dim dimensions.
+// over the first rope_dim dimensions, with a layer's base and linear factor, the model's
+// per-pair factors (empty: none) and attention factor (scales the rotated dimensions).
 class Rope {
  public:
-  explicit Rope(const ModelConfig& config, std::vector<float> freq_factors = {});
+  Rope(const ModelConfig& config, double base, double linear_factor, const std::vector<float>& freq_factors,
+       float attn_factor);
   void Apply(float* x, int rows, int heads, const int32_t* positions) const;
   // The angle per position of each rotated pair (src/runtime/rope.h).
   const std::vector<double>& inv_freq() const { return inv_freq_; }
@@ -26,14 +28,21 @@ class Rope {
   int head_dim_;
   int rope_dim_;
   bool neox_;
+  float attn_factor_;
   std::vector<double> inv_freq_;  // per rotated pair, scaling and factors folded in
 };
 
 // gate[i] = silu(gate[i]) * up[i].
 void SiluMul(float* gate, const float* up, size_t count);
+// gate[i] = gelu(gate[i]) * up[i], GELU in its tanh form (Gemma's GeGLU).
+void GeluTanhMul(float* gate, const float* up, size_t count);
 
 // x[i] += y[i].
 void AddInPlace(float* x, const float* y, size_t count);
+// x[i] += scale * y[i].
+void AddScaledInPlace(float* x, const float* y, float scale, size_t count);
+// x[i] *= scale.
+void ScaleInPlace(float* x, float scale, size_t count);
 
 }  // namespace hetero
 

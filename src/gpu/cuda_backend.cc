@@ -1,8 +1,10 @@
 #include "src/gpu/cuda_backend.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "hetero/devices.h"
 #include "src/runtime/rope.h"
 #include "src/gpu/cuda_module_abi.h"
@@ -10,6 +12,7 @@
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 #include "src/runtime/model_impl.h"
+#include "src/runtime/models/model_definition.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -77,7 +80,35 @@ absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::stri
 }
 
 
+// The steps of a model definition the CUDA module's kernels run today (the llama layer,
+// with or without q/k/v biases, one RoPE table); anything else is refused by name, and the
+// model runs on the other devices.
+absl::Status CheckModuleRuns(const ModelConfig& c, const ModelDefinition& d) {
+  std::vector<std::string> missing;
+  const auto need = [&](bool ok, const char* step) {
+    if (!ok && std::find(missing.begin(), missing.end(), step) == missing.end()) missing.push_back(step);
+  };
+  need(d.embedding_scale == 1.0f, "embedding scale");
+  need(d.residual_scale == 1.0f, "residual scale");
+  need(d.logit_scale == 1.0f, "logit scale");
+  need(d.rope_attn_factor == 1.0f, "RoPE attention factor");
+  need(d.attention_scale == 1.0f / std::sqrt(static_cast<float>(c.head_dim)), "attention scale");
+  need(d.activation == FfnActivation::kSilu, "GeGLU");
+  for (const LayerDefinition& l : d.layers) {
+    need(l.q_norm.empty() && l.k_norm.empty(), "q/k norms");
+    need(l.post_attn_norm.empty() && l.post_ffn_norm.empty(), "post-block norms");
+    need(l.sliding_window == 0, "sliding-window attention");
+    need(l.rope_freq_base == d.layers.front().rope_freq_base &&
+             l.rope_linear_factor == d.layers.front().rope_linear_factor,
+         "per-layer RoPE bases");
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("the CUDA module does not run ", absl::StrJoin(missing, ", "),
+                                               " (", c.architecture, ") yet"));
+}
+
 }  // namespace
+
 
 CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options)
     : PagedBackend("CUDA backend", model.config(), options.kv_block_tokens,
@@ -123,44 +154,51 @@ absl::Status CudaBackend::Init() {
   }
   const ModelConfig& c = config_;
   const GgufFile& file = *model_.impl().gguf;
+  const ModelDefinition& def = model_.impl().definition;
+  HETERO_RETURN_IF_ERROR(CheckModuleRuns(c, def));
   std::vector<float> freq_factors;
-  if (c.has_rope_freq_factors) {
-    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, "rope_freqs.weight"));
+  if (!def.rope_freqs.empty()) {
+    HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, def.rope_freqs));
   }
-  const std::vector<double> rope_inv_freq = RopeInverseFrequencies(c, freq_factors);
+  const LayerDefinition& first = def.layers.front();
+  const std::vector<double> rope_inv_freq =
+      RopeInverseFrequencies(c.rope_dim, first.rope_freq_base, first.rope_linear_factor, freq_factors);
 
   // Host copies live until the module has uploaded them.
-  const GgufTensorInfo* token_embd = file.FindTensor("token_embd.weight");
-  HETERO_ASSIGN_OR_RETURN(PreparedMatrix embd, PrepareMatrix(token_embd, "token_embd.weight"));
-  HETERO_ASSIGN_OR_RETURN(std::vector<float> output_norm, LoadFloatTensor(file, "output_norm.weight"));
+  const GgufTensorInfo* token_embd = file.FindTensor(def.token_embd);
+  HETERO_ASSIGN_OR_RETURN(PreparedMatrix embd, PrepareMatrix(token_embd, def.token_embd));
+  HETERO_ASSIGN_OR_RETURN(std::vector<float> output_norm, LoadFloatTensor(file, def.output_norm));
   PreparedMatrix output;
-  if (c.tied_embeddings) {
+  if (def.output == def.token_embd) {
     output = embd;
     output.view.f16 = output.f16.data();
   } else {
-    HETERO_ASSIGN_OR_RETURN(output, PrepareMatrix(file.FindTensor("output.weight"), "output.weight"));
+    HETERO_ASSIGN_OR_RETURN(output, PrepareMatrix(file.FindTensor(def.output), def.output));
   }
   struct HostLayer {
     std::vector<float> attn_norm, ffn_norm, q_bias, k_bias, v_bias;
     PreparedMatrix q, k, v, o, gate, up, down;
   };
+  const auto optional_vector = [&](const std::string& name) -> absl::StatusOr<std::vector<float>> {
+    if (name.empty()) return std::vector<float>{};
+    return LoadFloatTensor(file, name);
+  };
   std::vector<HostLayer> host(c.n_layers);
   std::vector<hetero_cuda_layer> layers(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
-    const std::string p = absl::StrCat("blk.", i, ".");
+    const LayerDefinition& ld = def.layers[i];
     HostLayer& h = host[i];
-    HETERO_ASSIGN_OR_RETURN(h.attn_norm, LoadFloatTensor(file, p + "attn_norm.weight"));
-    HETERO_ASSIGN_OR_RETURN(h.ffn_norm, LoadFloatTensor(file, p + "ffn_norm.weight"));
-    if (c.attention_bias) {
-      HETERO_ASSIGN_OR_RETURN(h.q_bias, LoadFloatTensor(file, p + "attn_q.bias"));
-      HETERO_ASSIGN_OR_RETURN(h.k_bias, LoadFloatTensor(file, p + "attn_k.bias"));
-      HETERO_ASSIGN_OR_RETURN(h.v_bias, LoadFloatTensor(file, p + "attn_v.bias"));
-    }
-    const std::pair<PreparedMatrix*, const char*> matrices[] = {
-        {&h.q, "attn_q.weight"},    {&h.k, "attn_k.weight"},  {&h.v, "attn_v.weight"},     {&h.o, "attn_output.weight"},
-        {&h.gate, "ffn_gate.weight"}, {&h.up, "ffn_up.weight"}, {&h.down, "ffn_down.weight"}};
-    for (const auto& [dst, name] : matrices) {
-      HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(file.FindTensor(p + name), p + name));
+    HETERO_ASSIGN_OR_RETURN(h.attn_norm, LoadFloatTensor(file, ld.attn_norm));
+    HETERO_ASSIGN_OR_RETURN(h.ffn_norm, LoadFloatTensor(file, ld.ffn_norm));
+    HETERO_ASSIGN_OR_RETURN(h.q_bias, optional_vector(ld.q_bias));
+    HETERO_ASSIGN_OR_RETURN(h.k_bias, optional_vector(ld.k_bias));
+    HETERO_ASSIGN_OR_RETURN(h.v_bias, optional_vector(ld.v_bias));
+    const std::pair<PreparedMatrix*, const TensorSlice*> matrices[] = {
+        {&h.q, &ld.q}, {&h.k, &ld.k}, {&h.v, &ld.v}, {&h.o, &ld.o}, {&h.gate, &ld.gate}, {&h.up, &ld.up},
+        {&h.down, &ld.down}};
+    for (const auto& [dst, slice] : matrices) {
+      const GgufTensorInfo view = SliceTensor(file, *slice);
+      HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(&view, slice->tensor));
       dst->view.f16 = dst->f16.data();
     }
     hetero_cuda_layer& l = layers[i];
@@ -208,7 +246,7 @@ absl::Status CudaBackend::Init() {
   const CudaDeviceInfo& dev = CudaProbe().devices[options_.device];
   info_.kind = DeviceKind::kGpu;
   info_.name = absl::StrCat("cuda:", options_.device, " (", dev.name, ")");
-  info_.weight_format = absl::StrCat("native ", TensorTypeName(file.FindTensor("blk.0.attn_q.weight")->type),
+  info_.weight_format = absl::StrCat("native ", TensorTypeName(file.FindTensor(first.q.tensor)->type),
                                      " GEMV for decode, float16 cuBLAS for prompts");
   info_.threads = 1;
   info_.weight_bytes = api.device_bytes(device_model_);

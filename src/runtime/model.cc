@@ -49,8 +49,10 @@ Model::~Model() = default;
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   HETERO_ASSIGN_OR_RETURN(impl->gguf, GgufFile::Open(path));
-  HETERO_ASSIGN_OR_RETURN(impl->config, ReadModelConfig(*impl->gguf));
-  HETERO_ASSIGN_OR_RETURN(impl->unused_tensors, ValidateModelTensors(*impl->gguf, impl->config));
+  HETERO_ASSIGN_OR_RETURN(ModelArchitecture architecture, ReadModelArchitecture(*impl->gguf));
+  HETERO_ASSIGN_OR_RETURN(impl->unused_tensors, ValidateModelTensors(*impl->gguf, architecture));
+  impl->config = std::move(architecture.config);
+  impl->definition = std::move(architecture.definition);
   if (!impl->unused_tensors.empty()) {
     internal::Log(LogLevel::kWarning,
                   absl::StrCat("model '", path, "': ", impl->unused_tensors.size(),

@@ -1,5 +1,6 @@
-// ModelConfig from GGUF metadata, and the check that a file holds every tensor its
-// architecture needs with the right shape and a supported type.
+// ModelConfig and the model definition from GGUF metadata (src/runtime/models/), and the
+// check that a file holds every tensor its definition reads with the right shape and a
+// supported type.
 #ifndef HETERO_RUNTIME_MODEL_CONFIG_H_
 #define HETERO_RUNTIME_MODEL_CONFIG_H_
 
@@ -9,26 +10,17 @@
 #include "absl/status/statusor.h"
 #include "hetero/model.h"
 #include "src/runtime/gguf.h"
+#include "src/runtime/models/architectures.h"
+#include "src/runtime/models/model_definition.h"
 
 namespace hetero {
 
-// Reads the hyperparameters of a `llama` or `qwen2` model. Errors name the missing or
-// malformed key; unsupported architectures and features are Unimplemented.
+// The hyperparameters of any supported architecture (ReadModelArchitecture's config).
 absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file);
 
-struct ExpectedTensor {
-  std::string name;
-  std::vector<int64_t> shape;  // ggml order
-  bool required;
-};
-
-// Every tensor the architecture reads, in file-independent order.
-std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config);
-
-// Checks that each expected tensor exists (when required) with its shape and a type hetero
-// can compute with. Returns the names of tensors in the file that the model does not use.
-absl::StatusOr<std::vector<std::string>> ValidateModelTensors(const GgufFile& file,
-                                                              const ModelConfig& config);
+// Checks that each tensor the definition reads exists with its shape and a type hetero can
+// compute with. Returns the names of tensors in the file that the model does not use.
+absl::StatusOr<std::vector<std::string>> ValidateModelTensors(const GgufFile& file, const ModelArchitecture& model);
 
 }  // namespace hetero
 

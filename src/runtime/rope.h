@@ -10,8 +10,10 @@
 
 namespace hetero {
 
-// rope_dim / 2 values; `freq_factors` empty or rope_dim / 2 long.
-std::vector<double> RopeInverseFrequencies(const ModelConfig& config, const std::vector<float>& freq_factors = {});
+// rope_dim / 2 values, base^(-2i / rope_dim) / linear_factor / freq_factors[i];
+// `freq_factors` empty or rope_dim / 2 long.
+std::vector<double> RopeInverseFrequencies(int rope_dim, double base, double linear_factor,
+                                           const std::vector<float>& freq_factors = {});
 
 }  // namespace hetero
 

@@ -43,8 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)f.GetUint32("general.alignment");
   (void)f.GetString("general.architecture");
 
-  auto config = hetero::ReadModelConfig(f);
-  if (config.ok()) (void)hetero::ValidateModelTensors(f, *config);
+  auto model = hetero::ReadModelArchitecture(f);
+  if (model.ok()) (void)hetero::ValidateModelTensors(f, *model);
 
   std::vector<float> out;
   for (const hetero::GgufTensorInfo& t : f.tensors()) {

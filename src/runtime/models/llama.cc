@@ -1,0 +1,50 @@
+// The llama family: Llama 1-3.x (Llama 3.1's RoPE frequency scaling comes as
+// rope_freqs.weight), Mistral (a sliding window where the file sets one), SmolLM.
+#include "absl/strings/str_cat.h"
+#include "src/runtime/models/architectures.h"
+#include "src/runtime/models/hyperparameters.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+namespace {
+
+// <arch>.attention.sliding_window, 0 when absent or 0 (converters write 0 for "none").
+absl::StatusOr<int> SlidingWindow(const GgufFile& file, const ModelConfig& c) {
+  const std::string key = c.architecture + ".attention.sliding_window";
+  const GgufValue* value = file.FindValue(key);
+  if (value == nullptr) return 0;
+  HETERO_ASSIGN_OR_RETURN(uint64_t window, file.GetUint64(key));
+  if (window == 0) return 0;
+  return GetDimension(file, key);
+}
+
+absl::StatusOr<ModelDefinition> DefineLlama(const GgufFile& file, ModelConfig& c) {
+  c.rope_style = RopeStyle::kNormal;
+  c.attention_bias = file.FindTensor("blk.0.attn_q.bias") != nullptr;
+  HETERO_ASSIGN_OR_RETURN(const int window, SlidingWindow(file, c));
+  ModelDefinition d;
+  d.family = "llama";
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerDefinition l = StandardLayer(i, c);
+    if (c.attention_bias) {
+      const std::string p = absl::StrCat("blk.", i, ".");
+      l.q_bias = p + "attn_q.bias";
+      l.k_bias = p + "attn_k.bias";
+      l.v_bias = p + "attn_v.bias";
+    }
+    l.sliding_window = window;
+    d.layers.push_back(std::move(l));
+  }
+  if (window > 0) AddFeature(c, absl::StrCat("sliding-window attention (", window, " positions) on every layer"));
+  return d;
+}
+
+constexpr Architecture kLlamaFamily[] = {
+    {"llama", DefineLlama},
+};
+
+}  // namespace
+
+absl::Span<const Architecture> LlamaFamily() { return kLlamaFamily; }
+
+}  // namespace hetero

@@ -1,0 +1,96 @@
+#include "src/runtime/models/model_definition.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "src/runtime/tensor_type.h"
+
+namespace hetero {
+
+std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c, const ModelDefinition& d) {
+  const int64_t embd = c.n_embd;
+  const int64_t q_dim = int64_t{c.n_heads} * c.head_dim;
+  const int64_t k_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  const int64_t v_dim = int64_t{c.n_kv_heads} * c.head_dim_v;
+  const int64_t o_dim = int64_t{c.n_heads} * c.head_dim_v;
+  std::vector<ExpectedTensor> out;
+  // Matrices: a slice's tensor has as many rows as its furthest slice reaches.
+  std::map<std::string, size_t> matrix_index;
+  auto vector = [&](const std::string& name, int64_t n) {
+    if (!name.empty()) out.push_back({name, {n}, true});
+  };
+  auto matrix = [&](const TensorSlice& s, int64_t inputs, int64_t outputs) {
+    if (!s.present()) return;
+    const int64_t rows = s.rows > 0 ? s.row_begin + s.rows : outputs;
+    auto [it, fresh] = matrix_index.emplace(s.tensor, out.size());
+    if (fresh) {
+      out.push_back({s.tensor, {inputs, rows}, true});
+    } else {
+      std::vector<int64_t>& shape = out[it->second].shape;
+      shape[1] = std::max(shape[1], rows);
+    }
+  };
+  matrix({d.token_embd}, embd, c.n_vocab);
+  vector(d.output_norm, embd);
+  if (d.output != d.token_embd) matrix({d.output}, embd, c.n_vocab);
+  vector(d.rope_freqs, c.rope_dim / 2);
+  for (const LayerDefinition& l : d.layers) {
+    vector(l.attn_norm, embd);
+    matrix(l.q, embd, q_dim);
+    matrix(l.k, embd, k_dim);
+    matrix(l.v, embd, v_dim);
+    vector(l.q_bias, q_dim);
+    vector(l.k_bias, k_dim);
+    vector(l.v_bias, v_dim);
+    vector(l.q_norm, c.head_dim);
+    vector(l.k_norm, c.head_dim);
+    matrix(l.o, o_dim, embd);
+    vector(l.post_attn_norm, embd);
+    vector(l.ffn_norm, embd);
+    matrix(l.gate, embd, c.n_ff);
+    matrix(l.up, embd, c.n_ff);
+    matrix(l.down, c.n_ff, embd);
+    vector(l.post_ffn_norm, embd);
+  }
+  return out;
+}
+
+GgufTensorInfo SliceTensor(const GgufFile& file, const TensorSlice& slice) {
+  GgufTensorInfo info = *file.FindTensor(slice.tensor);
+  if (slice.rows == 0) return info;
+  const TensorTypeTraits& t = GetTensorTypeTraits(info.type);
+  const uint64_t row_bytes = static_cast<uint64_t>(info.dims[0]) / t.block_size * t.type_size;
+  info.dims[1] = slice.rows;
+  info.n_elements = static_cast<uint64_t>(info.dims[0]) * slice.rows;
+  info.n_bytes = row_bytes * slice.rows;
+  info.offset += row_bytes * slice.row_begin;
+  info.file_offset += row_bytes * slice.row_begin;
+  info.data = info.data.subspan(row_bytes * slice.row_begin, info.n_bytes);
+  return info;
+}
+
+LayerDefinition StandardLayer(int i, const ModelConfig& config) {
+  const std::string p = absl::StrCat("blk.", i, ".");
+  LayerDefinition l;
+  l.attn_norm = p + "attn_norm.weight";
+  l.q = {p + "attn_q.weight"};
+  l.k = {p + "attn_k.weight"};
+  l.v = {p + "attn_v.weight"};
+  l.o = {p + "attn_output.weight"};
+  l.ffn_norm = p + "ffn_norm.weight";
+  l.gate = {p + "ffn_gate.weight"};
+  l.up = {p + "ffn_up.weight"};
+  l.down = {p + "ffn_down.weight"};
+  l.rope_freq_base = config.rope_freq_base;
+  l.rope_linear_factor = config.rope_scaling == RopeScaling::kLinear ? config.rope_scaling_factor : 1.0f;
+  return l;
+}
+
+void AddFeature(ModelConfig& config, std::string feature) {
+  if (std::find(config.features.begin(), config.features.end(), feature) == config.features.end()) {
+    config.features.push_back(std::move(feature));
+  }
+}
+
+}  // namespace hetero

@@ -1,0 +1,106 @@
+// What a model computes, declared once per architecture family (src/runtime/models/*.cc)
+// over the GGUF's tensors and hyperparameters, and executed by every backend.
+//
+// Every architecture hetero runs is a stack of layers of one shape, each step present or
+// absent as its definition says (names are LayerDefinition's fields):
+//
+//   x = embedding_scale * token_embd[token]
+//   per layer:
+//     h = rms_norm(x, attn_norm)
+//     q, k, v = h·q (+ q_bias), h·k (+ k_bias), h·v (+ v_bias)
+//     q, k = rms_norm_per_head(q, q_norm), rms_norm_per_head(k, k_norm)
+//     q, k = rope(q, k; rope_freq_base, rope_freqs, rope_attn_factor)
+//     a = attention(q, keys, values; attention_scale, sliding_window) · o
+//     a = rms_norm(a, post_attn_norm)
+//     x = x + residual_scale * a
+//     h = rms_norm(x, ffn_norm)
+//     f = (activation(h·gate) * h·up) · down
+//     f = rms_norm(f, post_ffn_norm)
+//     x = x + residual_scale * f
+//   logits = logit_scale * rms_norm(x, output_norm) · output
+//
+// Matrices are named by TensorSlice: a whole tensor, or a run of its rows (phi3's fused
+// q|k|v and gate|up). A backend fuses what pays (the CPU runs q, k and v, and gate and up,
+// as one step) but never needs to know which architecture it runs. What this shape cannot
+// express is refused when the file is read, with the key or tensor named.
+#ifndef HETERO_RUNTIME_MODELS_MODEL_DEFINITION_H_
+#define HETERO_RUNTIME_MODELS_MODEL_DEFINITION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hetero/model.h"
+#include "src/runtime/gguf.h"
+
+namespace hetero {
+
+// Rows [row_begin, row_begin + rows) of a 2-D tensor (rows = its second ggml dimension);
+// rows = 0 means all of them.
+struct TensorSlice {
+  std::string tensor;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+
+  bool present() const { return !tensor.empty(); }
+};
+
+enum class FfnActivation { kSilu, kGeluTanh };
+
+// One layer. Empty names are absent steps.
+struct LayerDefinition {
+  std::string attn_norm;
+  TensorSlice q, k, v;
+  std::string q_bias, k_bias, v_bias;
+  std::string q_norm, k_norm;  // per-head RMS norm weights, head_dim values each
+  TensorSlice o;
+  std::string post_attn_norm;
+  std::string ffn_norm;
+  TensorSlice gate, up, down;
+  std::string post_ffn_norm;
+  float rope_freq_base = 10000.0f;
+  float rope_linear_factor = 1.0f;  // positions divided by it (linear RoPE scaling)
+  int sliding_window = 0;  // > 0: a query sees only the last sliding_window positions (itself included)
+};
+
+struct ModelDefinition {
+  std::string family;  // the definition file's family, e.g. "gemma"
+  std::string token_embd = "token_embd.weight";
+  std::string output_norm = "output_norm.weight";
+  std::string output;      // the logits matrix; token_embd when tied
+  std::string rope_freqs;  // per-pair frequency divisors (Llama 3.1, Phi-3 long context), rope_dim / 2
+  float embedding_scale = 1.0f;
+  float attention_scale = 0.0f;  // multiplies q·k; set by the definition (usually 1/sqrt(head_dim))
+  float residual_scale = 1.0f;
+  float logit_scale = 1.0f;
+  float rope_attn_factor = 1.0f;  // multiplies the rotated dimensions of q and k
+  FfnActivation activation = FfnActivation::kSilu;
+  std::vector<LayerDefinition> layers;
+};
+
+// A tensor the definition reads, with the shape it must have.
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // ggml order
+  bool required;
+};
+
+// Every tensor `definition` reads, each once, with its shape (from `config`'s dimensions).
+std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& config, const ModelDefinition& definition);
+
+// The GgufTensorInfo of a slice: the tensor's own for a whole tensor, else a view of its
+// rows (rows are contiguous in GGUF, so a run of rows is a run of bytes). The file must
+// have passed ValidateModelTensors.
+GgufTensorInfo SliceTensor(const GgufFile& file, const TensorSlice& slice);
+
+// The plain llama layer i (blk.i.attn_norm.weight, ... ffn_down.weight), without biases,
+// with the config's RoPE base and linear factor: what most definitions start from.
+LayerDefinition StandardLayer(int i, const ModelConfig& config);
+
+// Appends a human-readable line to config.features once (what `hetero-inspect` prints).
+void AddFeature(ModelConfig& config, std::string feature);
+
+}  // namespace hetero
+
+#endif  // HETERO_RUNTIME_MODELS_MODEL_DEFINITION_H_
