@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference for the CPU backend (tests only): the llama/qwen2 forward pass in
+"""Independent reference for the CPU backend (tests only): every architecture's forward pass in
 NumPy float64, with weights dequantized by the `gguf` package. Writes
 tests/data/reference_forward.json (cases: model, prompt ids, greedy continuation) and
 tests/data/reference_logits.f32 (the final-position logits of each case's prompt,
@@ -14,6 +14,10 @@ formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS) per matrix as Q4_K_M files do.
     python3 -m pip install gguf==0.19.0 numpy tokenizers==0.23.3
     python3 scripts/reference_forward.py models/SmolLM2-135M-Instruct.Q4_1.gguf
     python3 scripts/reference_forward.py OTHER.gguf --default-only OUT_DIR   # another file of it
+    python3 scripts/reference_forward.py gemma-3-270m-q4_k_m.gguf --other-model tests/data/gemma3_reference.json
+
+Architectures: llama (with rope_freqs and a sliding window), qwen2, qwen3, gemma3, phi3; what
+each computes is in arch_layout(), written from the published model definitions.
 """
 import base64
 import json
@@ -103,39 +107,112 @@ class Weights:
     pass
 
 
-def tiny_model(opts):
-    w = Weights()
-    c = dict(arch=opts["architecture"], n_layers=opts["n_layers"], n_embd=opts["n_embd"], n_heads=opts["n_heads"],
-             n_kv=opts["n_kv_heads"], n_ff=opts["n_ff"], n_vocab=opts["n_vocab"], base=opts["rope_freq_base"],
-             eps=np.float32(opts["rms_norm_eps"]))
-    e, hd = c["n_embd"], c["n_embd"] // c["n_heads"]
-    qd, kd, s = c["n_heads"] * hd, c["n_kv"] * hd, 0.02
-    w.embd = tiny_tensor(opts, "token_embd.weight", [e, c["n_vocab"]], True, 0.0, s)
-    w.out_norm = tiny_tensor(opts, "output_norm.weight", [e], False, 1.0, 0.1)
-    w.out = w.embd if opts["tied_embeddings"] else tiny_tensor(opts, "output.weight", [e, c["n_vocab"]], True, 0.0, s)
-    w.layers = []
-    for i in range(c["n_layers"]):
+# What each architecture computes, written here from the models' published definitions
+# (Hugging Face transformers' modeling files), not from hetero's C++: per layer, which
+# steps exist, the RoPE base and window, and the model-level scales.
+def arch_layout(arch, c, n_layers, key, has_tensor):
+    """Returns per-layer dicts and model-level settings for `arch`. key(name, default)
+    reads "<arch>.<name>" metadata; has_tensor(name) tells whether the file has it."""
+    c["neox"] = arch in ("qwen2", "qwen3", "gemma3", "phi3")
+    c["emb_scale"], c["res_scale"], c["logit_scale"] = 1.0, 1.0, 1.0
+    c["attn_scale"] = 1.0 / np.sqrt(c["head_dim"])
+    c["gelu"] = arch == "gemma3"
+    c["rope_attn_factor"] = 1.0
+    window = int(key("attention.sliding_window", 0) or 0)
+    layers = []
+    for i in range(n_layers):
+        L = dict(base=c["base"], window=window if arch in ("llama", "phi3") else 0, qk_norm=arch in ("qwen3", "gemma3"),
+                 post_norms=arch == "gemma3", bias=has_tensor(f"blk.{i}.attn_q.bias"), fused=arch == "phi3")
+        if arch == "gemma3":
+            # Gemma 3: layers 5, 11, ... global with the file's base; the others local, base 10000.
+            if i % 6 != 5:
+                L["window"], L["base"] = window, 10000.0
+        layers.append(L)
+    if arch == "gemma3":
+        c["emb_scale"] = np.sqrt(c["n_embd"])
+        c["attn_scale"] = 1.0 / np.sqrt(c["n_embd"] // c["n_heads"] if n_layers == 62 else c["head_dim"])
+    if arch == "granite":
+        c["emb_scale"] = float(key("embedding_scale", 1.0))
+        c["res_scale"] = float(key("residual_scale", 1.0))
+        c["attn_scale"] = float(key("attention.scale", c["attn_scale"]))
+        c["logit_scale"] = 1.0 / float(key("logit_scale", 1.0))
+    return layers
+
+
+def load_layers(c, layers, get, has_tensor):
+    """Weights of every layer through get(name) (float64, numpy shape = reversed ggml dims)."""
+    e, qd, kd, f = c["n_embd"], c["n_heads"] * c["head_dim"], c["n_kv"] * c["head_dim"], c["n_ff"]
+    out = []
+    for i, spec in enumerate(layers):
         p = f"blk.{i}."
         L = Weights()
-        L.attn_norm = tiny_tensor(opts, p + "attn_norm.weight", [e], False, 1.0, 0.1)
-        L.q = tiny_tensor(opts, p + "attn_q.weight", [e, qd], True, 0.0, s)
-        L.k = tiny_tensor(opts, p + "attn_k.weight", [e, kd], True, 0.0, s)
-        L.v = tiny_tensor(opts, p + "attn_v.weight", [e, kd], True, 0.0, s)
+        L.spec = spec
+        L.attn_norm, L.ffn_norm = get(p + "attn_norm.weight", [e]), get(p + "ffn_norm.weight", [e])
+        if spec["fused"]:
+            qkv = get(p + "attn_qkv.weight", [e, qd + 2 * kd])
+            L.q, L.k, L.v = qkv[:qd], qkv[qd:qd + kd], qkv[qd + kd:]
+            gu = get(p + "ffn_up.weight", [e, 2 * f])
+            L.gate, L.up = gu[:f], gu[f:]
+        else:
+            L.q, L.k, L.v = get(p + "attn_q.weight", [e, qd]), get(p + "attn_k.weight", [e, kd]), get(p + "attn_v.weight", [e, kd])
+            L.gate, L.up = get(p + "ffn_gate.weight", [e, f]), get(p + "ffn_up.weight", [e, f])
+        L.o = get(p + "attn_output.weight", [qd, e])
+        L.down = get(p + "ffn_down.weight", [f, e])
         L.qb = L.kb = L.vb = None
-        if c["arch"] == "qwen2":
-            L.qb = tiny_tensor(opts, p + "attn_q.bias", [qd], False, 0.0, s)
-            L.kb = tiny_tensor(opts, p + "attn_k.bias", [kd], False, 0.0, s)
-            L.vb = tiny_tensor(opts, p + "attn_v.bias", [kd], False, 0.0, s)
-        L.o = tiny_tensor(opts, p + "attn_output.weight", [qd, e], True, 0.0, s)
-        L.ffn_norm = tiny_tensor(opts, p + "ffn_norm.weight", [e], False, 1.0, 0.1)
-        L.gate = tiny_tensor(opts, p + "ffn_gate.weight", [e, c["n_ff"]], True, 0.0, s)
-        L.up = tiny_tensor(opts, p + "ffn_up.weight", [e, c["n_ff"]], True, 0.0, s)
-        L.down = tiny_tensor(opts, p + "ffn_down.weight", [c["n_ff"], e], True, 0.0, s)
-        w.layers.append(L)
-    c["head_dim"] = hd
-    c["rope_dim"] = hd
-    c["neox"] = c["arch"] == "qwen2"
+        if spec["bias"]:
+            L.qb, L.kb, L.vb = get(p + "attn_q.bias", [qd]), get(p + "attn_k.bias", [kd]), get(p + "attn_v.bias", [kd])
+        L.q_norm = L.k_norm = L.post_attn = L.post_ffn = None
+        if spec["qk_norm"]:
+            L.q_norm, L.k_norm = get(p + "attn_q_norm.weight", [c["head_dim"]]), get(p + "attn_k_norm.weight", [c["head_dim"]])
+        if spec["post_norms"]:
+            L.post_attn, L.post_ffn = get(p + "post_attention_norm.weight", [e]), get(p + "post_ffw_norm.weight", [e])
+        out.append(L)
+    return out
+
+
+def tiny_model(opts):
+    w = Weights()
+    arch = opts["architecture"]
+    hd = opts.get("head_dim", 0) or opts["n_embd"] // opts["n_heads"]
+    c = dict(arch=arch, n_layers=opts["n_layers"], n_embd=opts["n_embd"], n_heads=opts["n_heads"],
+             n_kv=opts["n_kv_heads"], n_ff=opts["n_ff"], n_vocab=opts["n_vocab"], base=opts["rope_freq_base"],
+             eps=np.float32(opts["rms_norm_eps"]), head_dim=hd, rope_dim=hd)
+    meta = tiny_metadata(opts)
+    names = tiny_tensor_names(opts)
+    layers = arch_layout(arch, c, c["n_layers"], lambda k, d: meta.get(k, d), lambda n: n in names)
+    e, s = c["n_embd"], 0.02
+
+    def get(name, shape):
+        is_norm = name.endswith("norm.weight")
+        is_bias = name.endswith(".bias")
+        return tiny_tensor(opts, name, shape, not (is_norm or is_bias), 1.0 if is_norm else 0.0, 0.1 if is_norm else s)
+
+    w.embd = get("token_embd.weight", [e, c["n_vocab"]])
+    w.out_norm = get("output_norm.weight", [e])
+    w.out = w.embd if opts["tied_embeddings"] else get("output.weight", [e, c["n_vocab"]])
+    w.rope_freqs = None
+    if opts.get("rope_freq_factors"):
+        w.rope_freqs = tiny_tensor(opts, "rope_freqs.weight", [hd // 2], False, 4.5, 3.5)
+    w.layers = load_layers(c, layers, get, lambda n: n in names)
     return c, w
+
+
+def tiny_metadata(opts):
+    """The architecture keys tests/support/tiny_model.cc writes beyond the common ones."""
+    meta = {}
+    if opts.get("sliding_window"):
+        meta["attention.sliding_window"] = opts["sliding_window"]
+    for k in ("embedding_scale", "residual_scale", "attention.scale", "logit_scale"):
+        if k in opts:
+            meta[k] = opts[k]
+    return meta
+
+
+def tiny_tensor_names(opts):
+    names = set()
+    if opts["architecture"] == "qwen2":
+        names.update(f"blk.{i}.attn_q.bias" for i in range(opts["n_layers"]))
+    return names
 
 
 def gguf_model(path):
@@ -153,12 +230,11 @@ def gguf_model(path):
              base=float(val(f"{arch}.rope.freq_base", 10000.0)),
              eps=np.float32(val(f"{arch}.attention.layer_norm_rms_epsilon")))
     c["n_kv"] = int(val(f"{arch}.attention.head_count_kv", c["n_heads"]))
-    c["head_dim"] = c["n_embd"] // c["n_heads"]
+    c["head_dim"] = int(val(f"{arch}.attention.key_length", c["n_embd"] // c["n_heads"]))
     c["rope_dim"] = int(val(f"{arch}.rope.dimension_count", c["head_dim"]))
-    c["neox"] = arch == "qwen2"
     tensors = {t.name: t for t in r.tensors}
 
-    def get(name):
+    def get(name, shape=None):
         t = tensors[name]
         if t.tensor_type in (T.F32,):
             a = np.array(t.data, dtype=np.float64)
@@ -168,22 +244,14 @@ def gguf_model(path):
             a = dequantize(np.array(t.data), t.tensor_type).astype(np.float64)
         return a.reshape(tuple(int(x) for x in reversed(t.shape)))
 
+    layers = arch_layout(arch, c, c["n_layers"], lambda k, d: val(f"{arch}.{k}", d), lambda n: n in tensors)
     w = Weights()
     w.embd = get("token_embd.weight")
     c["n_vocab"] = w.embd.shape[0]
     w.out_norm = get("output_norm.weight")
     w.out = get("output.weight") if "output.weight" in tensors else w.embd
-    w.layers = []
-    for i in range(c["n_layers"]):
-        p = f"blk.{i}."
-        L = Weights()
-        L.attn_norm, L.ffn_norm = get(p + "attn_norm.weight"), get(p + "ffn_norm.weight")
-        L.q, L.k, L.v, L.o = (get(p + n) for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"))
-        L.qb = get(p + "attn_q.bias") if p + "attn_q.bias" in tensors else None
-        L.kb = get(p + "attn_k.bias") if p + "attn_k.bias" in tensors else None
-        L.vb = get(p + "attn_v.bias") if p + "attn_v.bias" in tensors else None
-        L.gate, L.up, L.down = (get(p + n) for n in ("ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"))
-        w.layers.append(L)
+    w.rope_freqs = get("rope_freqs.weight") if "rope_freqs.weight" in tensors else None
+    w.layers = load_layers(c, layers, get, lambda n: n in tensors)
     return c, w
 
 
@@ -191,13 +259,16 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + float(eps)) * w
 
 
-def rope(x, positions, c):
-    """x: (T, heads, head_dim). Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + d/2)."""
+def rope(x, positions, c, base, factors):
+    """x: (T, heads, head_dim). Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + d/2).
+    `factors` (Llama 3.1's rope_freqs) divide each pair's frequency."""
     d = c["rope_dim"]
     half = d // 2
-    inv = c["base"] ** (-np.arange(half, dtype=np.float64) * 2.0 / d)
+    inv = base ** (-np.arange(half, dtype=np.float64) * 2.0 / d)
+    if factors is not None:
+        inv = inv / factors
     ang = positions[:, None].astype(np.float64) * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = np.cos(ang)[:, None, :] * c["rope_attn_factor"], np.sin(ang)[:, None, :] * c["rope_attn_factor"]
     out = x.copy()
     if c["neox"]:
         a, b = x[..., :half], x[..., half:d]
@@ -224,35 +295,50 @@ class Session:
         T_, hd, H, KV = len(tokens), c["head_dim"], c["n_heads"], c["n_kv"]
         start = self.k[0].shape[0]
         pos = np.arange(start, start + T_)
-        x = w.embd[np.array(tokens)]
+        x = w.embd[np.array(tokens)] * c["emb_scale"]
         for li, L in enumerate(w.layers):
             h = rmsnorm(x, L.attn_norm, c["eps"])
             q, k, v = h @ L.q.T, h @ L.k.T, h @ L.v.T
             if L.qb is not None:
                 q, k, v = q + L.qb, k + L.kb, v + L.vb
-            q = rope(q.reshape(T_, H, hd), pos, c)
-            k = rope(k.reshape(T_, KV, hd), pos, c)
-            v = v.reshape(T_, KV, hd)
+            q, k, v = q.reshape(T_, H, hd), k.reshape(T_, KV, hd), v.reshape(T_, KV, hd)
+            if L.q_norm is not None:
+                q, k = rmsnorm(q, L.q_norm, c["eps"]), rmsnorm(k, L.k_norm, c["eps"])
+            q = rope(q, pos, c, L.spec["base"], w.rope_freqs)
+            k = rope(k, pos, c, L.spec["base"], w.rope_freqs)
             self.k[li] = np.concatenate([self.k[li], k])
             self.v[li] = np.concatenate([self.v[li], v])
             K, V = self.k[li], self.v[li]
             out = np.zeros((T_, H, hd))
             group = H // KV
+            key_pos = np.arange(K.shape[0])[None, :]
+            mask = pos[:, None] < key_pos
+            if L.spec["window"] > 0:
+                mask = mask | (pos[:, None] - key_pos >= L.spec["window"])
             for head in range(H):
                 g = head // group
-                scores = q[:, head, :] @ K[:, g, :].T / np.sqrt(hd)  # (T, S)
-                mask = pos[:, None] < np.arange(K.shape[0])[None, :]
+                scores = q[:, head, :] @ K[:, g, :].T * c["attn_scale"]  # (T, S)
                 scores = np.where(mask, -np.inf, scores)
                 scores = scores - scores.max(axis=-1, keepdims=True)
                 p = np.exp(scores)
                 p /= p.sum(axis=-1, keepdims=True)
                 out[:, head, :] = p @ V[:, g, :]
-            x = x + out.reshape(T_, H * hd) @ L.o.T
+            a = out.reshape(T_, H * hd) @ L.o.T
+            if L.post_attn is not None:
+                a = rmsnorm(a, L.post_attn, c["eps"])
+            x = x + c["res_scale"] * a
             h = rmsnorm(x, L.ffn_norm, c["eps"])
             g_, u = h @ L.gate.T, h @ L.up.T
-            x = x + ((g_ / (1.0 + np.exp(-g_))) * u) @ L.down.T
+            if c["gelu"]:
+                act = 0.5 * g_ * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g_ + 0.044715 * g_ ** 3)))
+            else:
+                act = g_ / (1.0 + np.exp(-g_))
+            f_ = (act * u) @ L.down.T
+            if L.post_ffn is not None:
+                f_ = rmsnorm(f_, L.post_ffn, c["eps"])
+            x = x + c["res_scale"] * f_
         x = rmsnorm(x, w.out_norm, c["eps"])
-        return x @ w.out.T
+        return (x @ w.out.T) * c["logit_scale"]
 
 
 def run_case(c, w, prompt, n_greedy):
@@ -299,6 +385,19 @@ TINY = [
          weight_type="Q5_K", seed=17,
          tensor_types={"attn_k.weight": "Q5_1", "attn_v.weight": "Q3_K", "attn_output.weight": "IQ4_XS",
                        "ffn_gate.weight": "Q2_K", "ffn_up.weight": "IQ4_NL"}),
+    # Appended with the model definitions (src/runtime/models/): one per architecture.
+    dict(name="tiny-qwen3", architecture="qwen3", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, head_dim=32, n_ff=96,
+         n_vocab=90, context_length=128, rope_freq_base=1000000.0, rms_norm_eps=1e-6, tied_embeddings=True,
+         weight_type="F32", seed=18),
+    dict(name="tiny-gemma3", architecture="gemma3", n_layers=6, n_embd=48, n_heads=2, n_kv_heads=1, head_dim=32,
+         n_ff=80, n_vocab=70, context_length=128, rope_freq_base=1000000.0, rms_norm_eps=1e-6, tied_embeddings=True,
+         sliding_window=8, weight_type="F32", seed=19),
+    dict(name="tiny-phi3", architecture="phi3", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=96, n_vocab=77,
+         context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=False, sliding_window=16,
+         weight_type="F16", seed=20),
+    dict(name="tiny-llama3-window", architecture="llama", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=96,
+         n_vocab=81, context_length=128, rope_freq_base=500000.0, rms_norm_eps=1e-5, tied_embeddings=True,
+         rope_freq_factors=True, sliding_window=12, weight_type="F32", seed=21),
 ]
 
 DEFAULT_PROMPTS = [
@@ -309,7 +408,71 @@ DEFAULT_PROMPTS = [
 ]
 
 
+def build_spm(path):
+    """A SentencePiece-style BPE tokenizer for a GGUF vocabulary without merges
+    (tokenizer.ggml.model "llama", e.g. Gemma 3), built with the `tokenizers` package: a pair
+    merges when its concatenation is a piece, higher-scored (earlier) pieces first, as
+    transformers' SpmConverter derives them; user-defined pieces (type 4, Gemma's runs of
+    spaces and tabs) match the raw text first; unknown bytes fall back to <0xNN>."""
+    from tokenizers import Tokenizer, models, normalizers, AddedToken
+    r = GGUFReader(path)
+    f = r.fields
+    tokens = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode("utf-8") for i in f["tokenizer.ggml.tokens"].data]
+    types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for piece, pid in vocab.items():
+        if types[pid] != 1:
+            continue
+        for k in range(1, len(piece)):
+            a, b = piece[:k], piece[k:]
+            if a in vocab and b in vocab and types[vocab[a]] == 1 and types[vocab[b]] == 1:
+                merges.append((pid, a, b))
+    merges.sort()
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(a, b) for _, a, b in merges], byte_fallback=True, fuse_unk=True,
+                               unk_token="<unk>"))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == 4])
+    bos = int(f["tokenizer.ggml.bos_token_id"].parts[-1][0])
+    return tok, bos
+
+
+# Gemma 3 270M (base model): prompts and how many greedy steps (hetero-generate -n 24).
+GEMMA3_PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea,",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "Photosynthesis is the process by which plants",
+    "Les trois couleurs du drapeau français sont",
+    "The three laws of motion, first stated by Isaac Newton in 1687, describe",
+]
+TOP_LOGITS = 256  # logits kept per case (the whole 262144 would be 1 MiB each)
+
+
+def other_model(path, out_path):
+    """Cases for another architecture's real file: BOS + the prompt's tokens, 24 greedy
+    steps with margins, and the TOP_LOGITS largest final-prompt logits as [id, value]."""
+    tok, bos = build_spm(path)
+    c, w = gguf_model(path)
+    cases = []
+    for text in GEMMA3_PROMPTS:
+        prompt = [bos] + tok.encode(text, add_special_tokens=False).ids
+        logits, greedy, margins = run_case(c, w, prompt, 24)
+        top = np.argsort(-logits)[:TOP_LOGITS]
+        cases.append({"model": c["arch"], "text": text, "prompt": prompt, "greedy": greedy, "margins": margins,
+                      "top_logits": [[int(i), float(logits[i])] for i in top]})
+        print(repr(text[:40]), len(prompt), "tokens ->", repr(tok.decode(greedy)), "min margin", min(margins))
+    with open(out_path, "w") as f:
+        json.dump({"file": os.path.basename(path), "cases": cases}, f, ensure_ascii=False, indent=1)
+    print(f"wrote {len(cases)} cases to {out_path}")
+
+
 def main():
+    # --other-model OUT.json: a real file of another architecture (Gemma 3 270M):
+    #   python3 scripts/reference_forward.py gemma-3-270m-q4_k_m.gguf --other-model tests/data/gemma3_reference.json
+    if len(sys.argv) == 4 and sys.argv[2] == "--other-model":
+        other_model(sys.argv[1], sys.argv[3])
+        return
     # --default-only OUT_DIR: only the given file's cases (e.g. the default model requantized
     # to Q4_K_M), written to OUT_DIR for HETERO_REFERENCE_DIR (tests/cpu_backend_test.cc).
     out_dir = DATA

@@ -4,6 +4,7 @@
 // Also: decode with the KV cache equals a full recompute, and bad input is refused.
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -67,6 +68,12 @@ testing::TinyModelOptions ToOptions(const nlohmann::json& j) {
   o.rms_norm_eps = j["rms_norm_eps"].get<float>();
   o.tied_embeddings = j["tied_embeddings"].get<bool>();
   o.seed = j["seed"].get<uint32_t>();
+  o.head_dim = j.value("head_dim", 0);
+  o.sliding_window = j.value("sliding_window", 0);
+  o.rope_freq_factors = j.value("rope_freq_factors", false);
+  if (j.contains("float_keys")) {
+    for (const auto& [key, value] : j["float_keys"].items()) o.float_keys[key] = value.get<float>();
+  }
   auto type_named = [](const std::string& name) {
     for (const TensorTypeTraits& t : tensor_type_internal::kTraits) {
       if (t.name == name) return t.type;
@@ -104,15 +111,22 @@ int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_eleme
 // must equal the reference's up to the first step where the reference's own top-2 margin
 // is below `tie_margin` (a lower-precision mode may rightly break a near-tie differently;
 // 0 demands every step).
+// With `logit_ids`, c.logits holds the reference's logits of only those tokens.
 void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tolerance, double tie_margin,
-                           const std::string& label) {
+                           const std::string& label, const std::vector<int>* logit_ids = nullptr) {
   auto seq = backend.NewSequence();
   ASSERT_TRUE(seq.ok()) << seq.status();
   std::vector<float> logits(backend.vocab_size());
   ASSERT_TRUE(backend.Prefill(*seq, c.prompt, absl::MakeSpan(logits)).ok());
-  const double err = RelativeL2(logits, c.logits);
+  std::vector<float> compared = logits;
+  if (logit_ids != nullptr) {
+    compared.clear();
+    for (int id : *logit_ids) compared.push_back(logits[id]);
+  }
+  const double err = RelativeL2(compared, c.logits);
   EXPECT_LE(err, tolerance) << label;
-  std::printf("%-40s relative L2 %.3g (limit %.0e)\n", label.c_str(), err, tolerance);
+  std::printf("%-40s relative L2 %.3g over %zu logits (limit %.0e)\n", label.c_str(), err, compared.size(),
+              tolerance);
   std::vector<int32_t> greedy;
   for (size_t i = 0; i < c.greedy.size(); ++i) {
     const int32_t next = Argmax(logits);
@@ -183,7 +197,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
                           absl::StrCat(c.model, " prompt ", c.prompt.size()));
     ++checked;
   }
-  EXPECT_EQ(checked, 21);
+  EXPECT_EQ(checked, 33);
 }
 
 TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {
@@ -234,8 +248,52 @@ TEST_P(ReferenceTest, OtherFileOfTheDefaultModelMatchesItsNumpyReference) {
   EXPECT_EQ(checked, 3);
 }
 
+// Gemma 3 270M (Q4_K_M; `bash scripts/setup.sh --model gemma3`, or HETERO_GEMMA3_MODEL)
+// against its float64 reference (tests/data/gemma3_reference.json, from
+// `scripts/reference_forward.py FILE --other-model`): the prompt's largest logits, and the
+// greedy continuation up to the reference's first near-tie: a top-2 margin below 0.05 in
+// f32, below the mode's tie margin (0.3) with bf16 weights or int8 activations. With int8
+// activations two of the six prompts leave the reference at a margin of 0.14 and 0.11
+// (measured 2026-12-02): the rounding is spread over every matrix, no single one decides.
+TEST_P(ReferenceTest, Gemma3MatchesItsNumpyReference) {
+  const char* env = std::getenv("HETERO_GEMMA3_MODEL");
+  const std::string path = env != nullptr ? env : "models/gemma-3-270m-q4_k_m.gguf";
+  if (!std::filesystem::exists(path)) {
+    GTEST_SKIP() << "Gemma 3 270M not present at " << path << " (run `bash scripts/setup.sh --model gemma3`)";
+  }
+  const CpuPrecision precision = GetParam().precision;
+  if (precision == CpuPrecision::kBf16 && !CpuHasBf16Matmul()) GTEST_SKIP() << "no bf16 matmul on this CPU";
+  auto model = Model::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  CpuBackendOptions options = TestOptions();
+  options.precision = precision;
+  options.kv_capacity_tokens = 1024;
+  auto backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::ifstream in(std::string(HETERO_TEST_DATA_DIR) + "/gemma3_reference.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json data = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& j : data["cases"]) {
+    ReferenceCase c;
+    c.prompt = j["prompt"].get<std::vector<int32_t>>();
+    c.greedy = j["greedy"].get<std::vector<int32_t>>();
+    c.margins = j["margins"].get<std::vector<double>>();
+    // The reference's largest logits stand in for all of them: where the model's choices are.
+    std::vector<int> ids;
+    for (const auto& pair : j["top_logits"]) {
+      ids.push_back(pair[0].get<int>());
+      c.logits.push_back(pair[1].get<float>());
+    }
+    CheckAgainstReference(**backend, c, GetParam().default_tolerance, std::max(0.05, GetParam().tie_margin),
+                          absl::StrCat("gemma3 prompt ", c.prompt.size()), &ids);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 6);
+}
+
 INSTANTIATE_TEST_SUITE_P(Precisions, ReferenceTest,
-                         ::testing::Values(Mode{CpuPrecision::kF32, 1e-4, 1e-4, 0.0},
+                         ::testing::Values(Mode{CpuPrecision::kF32, 1e-5, 1e-4, 0.0},
                                            Mode{CpuPrecision::kBf16, 1e-2, 3e-2, 0.3},
                                            Mode{CpuPrecision::kAuto, 1e-2, 8e-2, 0.3}),
                          [](const auto& info) {

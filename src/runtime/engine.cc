@@ -35,8 +35,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   HETERO_ASSIGN_OR_RETURN(impl->model, Model::Load(path));
   HETERO_ASSIGN_OR_RETURN(impl->tokenizer_owned, Tokenizer::Create(*impl->model));
   if (options.chat_format.empty()) {
-    HETERO_ASSIGN_OR_RETURN(ChatTemplate chat, ChatTemplate::FromModel(*impl->model));
-    impl->chat.emplace(std::move(chat));
+    absl::StatusOr<ChatTemplate> chat = ChatTemplate::FromModel(*impl->model);
+    if (chat.ok()) {
+      impl->chat.emplace(std::move(*chat));
+    } else {
+      // A base model (no template) still completes raw text (Engine::Complete); only
+      // conversations need a template, and they get this reason.
+      internal::Log(LogLevel::kInfo, absl::StrCat("conversations are unavailable until a chat format is chosen: ",
+                                                  chat.status().message()));
+      impl->chat.emplace(ChatTemplate::Custom(
+          [reason = std::string(chat.status().message())](const std::vector<ChatMessage>&,
+                                                          const std::vector<ToolDefinition>&,
+                                                          bool) -> absl::StatusOr<std::string> {
+            return absl::FailedPreconditionError(
+                absl::StrCat(reason, "; set EngineOptions::chat_format to render conversations in a known family"));
+          }));
+    }
   } else {
     HETERO_ASSIGN_OR_RETURN(ChatFormat format, ParseChatFormat(options.chat_format));
     impl->chat.emplace(ChatTemplate::ForFormat(format));

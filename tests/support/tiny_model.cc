@@ -140,9 +140,15 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
   add_f32("rope.freq_base", o.rope_freq_base);
   add_f32("attention.layer_norm_rms_epsilon", o.rms_norm_eps);
   add_u32("vocab_size", o.n_vocab);
+  const int64_t head_dim = o.head_dim > 0 ? o.head_dim : o.n_embd / o.n_heads;
+  if (o.head_dim > 0) {
+    add_u32("attention.key_length", o.head_dim);
+    add_u32("attention.value_length", o.head_dim);
+  }
+  if (o.sliding_window > 0) add_u32("attention.sliding_window", o.sliding_window);
+  for (const auto& [key, value] : o.float_keys) add_f32(key, value);
 
   const int64_t embd = o.n_embd;
-  const int64_t head_dim = o.n_embd / o.n_heads;
   const int64_t q_dim = o.n_heads * head_dim;
   const int64_t kv_dim = o.n_kv_heads * head_dim;
   const float w = 0.02f;
@@ -150,22 +156,39 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
   t.Add("token_embd.weight", {embd, o.n_vocab}, true, 0.0f, w);
   t.Add("output_norm.weight", {embd}, false, 1.0f, 0.1f);
   if (!o.tied_embeddings) t.Add("output.weight", {embd, o.n_vocab}, true, 0.0f, w);
+  if (o.rope_freq_factors) t.Add("rope_freqs.weight", {head_dim / 2}, false, 4.5f, 3.5f);
+  const bool fused = o.architecture == "phi3";
+  const bool qk_norms = o.architecture == "qwen3" || o.architecture == "gemma3";
   for (int i = 0; i < o.n_layers; ++i) {
     const std::string l = absl::StrCat("blk.", i, ".");
     t.Add(l + "attn_norm.weight", {embd}, false, 1.0f, 0.1f);
-    t.Add(l + "attn_q.weight", {embd, q_dim}, true, 0.0f, w);
-    t.Add(l + "attn_k.weight", {embd, kv_dim}, true, 0.0f, w);
-    t.Add(l + "attn_v.weight", {embd, kv_dim}, true, 0.0f, w);
+    if (fused) {
+      t.Add(l + "attn_qkv.weight", {embd, q_dim + 2 * kv_dim}, true, 0.0f, w);
+    } else {
+      t.Add(l + "attn_q.weight", {embd, q_dim}, true, 0.0f, w);
+      t.Add(l + "attn_k.weight", {embd, kv_dim}, true, 0.0f, w);
+      t.Add(l + "attn_v.weight", {embd, kv_dim}, true, 0.0f, w);
+    }
     if (o.architecture == "qwen2") {
       t.Add(l + "attn_q.bias", {q_dim}, false, 0.0f, w);
       t.Add(l + "attn_k.bias", {kv_dim}, false, 0.0f, w);
       t.Add(l + "attn_v.bias", {kv_dim}, false, 0.0f, w);
     }
+    if (qk_norms) {
+      t.Add(l + "attn_q_norm.weight", {head_dim}, false, 1.0f, 0.1f);
+      t.Add(l + "attn_k_norm.weight", {head_dim}, false, 1.0f, 0.1f);
+    }
     t.Add(l + "attn_output.weight", {q_dim, embd}, true, 0.0f, w);
+    if (o.architecture == "gemma3") t.Add(l + "post_attention_norm.weight", {embd}, false, 1.0f, 0.1f);
     t.Add(l + "ffn_norm.weight", {embd}, false, 1.0f, 0.1f);
-    t.Add(l + "ffn_gate.weight", {embd, o.n_ff}, true, 0.0f, w);
-    t.Add(l + "ffn_up.weight", {embd, o.n_ff}, true, 0.0f, w);
+    if (fused) {
+      t.Add(l + "ffn_up.weight", {embd, 2 * int64_t{o.n_ff}}, true, 0.0f, w);
+    } else {
+      t.Add(l + "ffn_gate.weight", {embd, o.n_ff}, true, 0.0f, w);
+      t.Add(l + "ffn_up.weight", {embd, o.n_ff}, true, 0.0f, w);
+    }
     t.Add(l + "ffn_down.weight", {o.n_ff, embd}, true, 0.0f, w);
+    if (o.architecture == "gemma3") t.Add(l + "post_ffw_norm.weight", {embd}, false, 1.0f, 0.1f);
   }
   return b;
 }

@@ -1,5 +1,6 @@
-// Tiny but complete llama/qwen2 GGUF models with random weights, written by the tests
-// themselves so that most tests need no downloaded model.
+// Tiny but complete GGUF models of every architecture hetero runs (llama, qwen2, qwen3,
+// gemma3, phi3, ...) with random weights, written by the tests themselves so that most
+// tests need no downloaded model.
 #ifndef HETERO_TESTS_SUPPORT_TINY_MODEL_H_
 #define HETERO_TESTS_SUPPORT_TINY_MODEL_H_
 
@@ -14,7 +15,10 @@
 namespace hetero::testing {
 
 struct TinyModelOptions {
-  std::string architecture = "llama";  // "llama" or "qwen2" (adds q/k/v biases)
+  // "llama", "qwen2" (adds q/k/v biases), "qwen3" (q/k norms), "gemma3" (q/k norms and
+  // post-block norms; needs sliding_window), "phi3" (fused q|k|v and gate|up), or any
+  // other llama-shaped architecture name (e.g. "granite", with float_keys).
+  std::string architecture = "llama";
   int n_layers = 2;
   int n_embd = 64;
   int n_heads = 4;
@@ -24,6 +28,10 @@ struct TinyModelOptions {
   int context_length = 256;
   float rope_freq_base = 10000.0f;
   float rms_norm_eps = 1e-5f;
+  int head_dim = 0;        // 0: n_embd / n_heads; else written as attention.key_length/value_length
+  int sliding_window = 0;  // > 0: written as attention.sliding_window
+  bool rope_freq_factors = false;  // writes rope_freqs.weight (Llama 3.1 style), values in [1, 8)
+  std::map<std::string, float> float_keys;  // more "<arch>.<key>" metadata (granite's scales)
   bool tied_embeddings = true;
   // Matrices: F32, F16, or random blocks of a quantized type (Q4_0, Q4_1, Q8_0, Q5_0,
   // Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS); norms and biases stay F32.
