@@ -202,9 +202,7 @@ def tiny_metadata(opts):
     meta = {}
     if opts.get("sliding_window"):
         meta["attention.sliding_window"] = opts["sliding_window"]
-    for k in ("embedding_scale", "residual_scale", "attention.scale", "logit_scale"):
-        if k in opts:
-            meta[k] = opts[k]
+    meta.update(opts.get("float_keys", {}))
     return meta
 
 
@@ -398,6 +396,10 @@ TINY = [
     dict(name="tiny-llama3-window", architecture="llama", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=96,
          n_vocab=81, context_length=128, rope_freq_base=500000.0, rms_norm_eps=1e-5, tied_embeddings=True,
          rope_freq_factors=True, sliding_window=12, weight_type="F32", seed=21),
+    dict(name="tiny-granite", architecture="granite", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=1, n_ff=96,
+         n_vocab=75, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
+         float_keys={"embedding_scale": 12.0, "attention.scale": 0.0078125, "residual_scale": 0.22,
+                     "logit_scale": 8.0}, weight_type="Q8_0", seed=22),
 ]
 
 DEFAULT_PROMPTS = [

@@ -197,7 +197,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
                           absl::StrCat(c.model, " prompt ", c.prompt.size()));
     ++checked;
   }
-  EXPECT_EQ(checked, 33);
+  EXPECT_EQ(checked, 36);
 }
 
 TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {

@@ -1,5 +1,6 @@
 // The llama family: Llama 1-3.x (Llama 3.1's RoPE frequency scaling comes as
-// rope_freqs.weight), Mistral (a sliding window where the file sets one), SmolLM.
+// rope_freqs.weight), Mistral (a sliding window where the file sets one), SmolLM, and
+// Granite 3 (llama layers with embedding, attention, residual and logit multipliers).
 #include "absl/strings/str_cat.h"
 #include "src/runtime/models/architectures.h"
 #include "src/runtime/models/hyperparameters.h"
@@ -39,8 +40,26 @@ absl::StatusOr<ModelDefinition> DefineLlama(const GgufFile& file, ModelConfig& c
   return d;
 }
 
+// Granite: embeddings times embedding_scale, q·k times attention.scale (in place of
+// 1/sqrt(head_dim)), each block's output times residual_scale, logits divided by
+// logit_scale.
+absl::StatusOr<ModelDefinition> DefineGranite(const GgufFile& file, ModelConfig& c) {
+  HETERO_ASSIGN_OR_RETURN(ModelDefinition d, DefineLlama(file, c));
+  const std::string p = c.architecture + ".";
+  HETERO_ASSIGN_OR_RETURN(d.embedding_scale, GetPositiveFloatOr(file, p + "embedding_scale", 1.0f));
+  HETERO_ASSIGN_OR_RETURN(d.attention_scale, GetPositiveFloatOr(file, p + "attention.scale", d.attention_scale));
+  HETERO_ASSIGN_OR_RETURN(d.residual_scale, GetPositiveFloatOr(file, p + "residual_scale", 1.0f));
+  HETERO_ASSIGN_OR_RETURN(const float logit_divisor, GetPositiveFloatOr(file, p + "logit_scale", 1.0f));
+  d.logit_scale = 1.0f / logit_divisor;
+  AddFeature(c, absl::StrCat("multipliers: embeddings ", d.embedding_scale, ", residual ", d.residual_scale,
+                             ", logits 1/", logit_divisor,
+                             d.attention_scale > 0 ? absl::StrCat(", attention ", d.attention_scale) : ""));
+  return d;
+}
+
 constexpr Architecture kLlamaFamily[] = {
     {"llama", DefineLlama},
+    {"granite", DefineGranite},
 };
 
 }  // namespace
