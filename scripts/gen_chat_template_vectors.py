@@ -5,7 +5,8 @@ chats, tool definitions, tool calls and tool results, Unicode and empty messages
 
 Templates: the default model's own tokenizer.chat_template (read from its GGUF), and, when
 a directory of other models' templates is given (file names as in llama.cpp's
-models/templates/), Qwen2.5 (ChatML with Hermes tools), Llama 3.1 and Gemma 2. The
+models/templates/), Qwen2.5 (ChatML with Hermes tools), Llama 3.1, Gemma 2 and Qwen3
+(Qwen-Qwen3-0.6B.jinja: Hermes tools and <think> reasoning, also with enable_thinking=False). The
 templates themselves are not committed; only the rendered prompts are.
 
 Rendering follows Hugging Face transformers' environment: trim_blocks, lstrip_blocks,
@@ -96,11 +97,29 @@ CONVERSATIONS = [
     {"messages": [{"role": "user", "content": "Numbers: 3.14159, 1e-9, 1,000,000"}]},
     {"messages": [{"role": "user", "content": "JSON please"}, {"role": "assistant", "content": "{\"a\": [1, 2, {\"b\": null}]}"}]},
     {"messages": [{"role": "system", "content": "Sys"}, {"role": "user", "content": "Hi"}], "tools": [WEATHER]},
+    # Appended for reasoning templates (Qwen3); the other templates take them as plain turns.
+    {"messages": [{"role": "user", "content": "What is 2+2?"},
+                  {"role": "assistant", "content": "4.", "reasoning_content": "Two plus two.\nThat is four."},
+                  {"role": "user", "content": "And 3+3?"}]},
+    {"messages": [{"role": "user", "content": "What is 2+2?"},
+                  {"role": "assistant", "content": "<think>\nAdd them.\n</think>\n\n4."}]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "", "reasoning_content": "I should call the tool.",
+                   "tool_calls": [call("get_weather", {"city": "Paris"})]},
+                  {"role": "tool", "name": "get_weather", "content": "18 C"},
+                  {"role": "assistant", "content": "It is 18 C.", "reasoning_content": "The tool said 18."}],
+     "tools": [WEATHER]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "Let me check.", "tool_calls": [call("get_weather", {"city": "Paris"})]},
+                  {"role": "tool", "name": "get_weather", "content": "18 C"}],
+     "tools": [WEATHER]},
 ]
+REASONING = range(22, 26)  # the conversations above, from "What is 2+2?" with reasoning
 
 # Which conversations a template can take (Gemma 2 rejects system turns; Llama 3.1 takes
 # one tool call per turn and needs a user message for its tools).
 ACCEPTS = {
+    "qwen3": lambda c: True,
     "smollm2": lambda c: True,
     "qwen2.5": lambda c: True,
     "llama3.1": lambda c: all(len(m.get("tool_calls", [])) <= 1 for m in c["messages"]),
@@ -108,9 +127,9 @@ ACCEPTS = {
               all((m["role"] == "user") == (i % 2 == 0) for i, m in enumerate(c["messages"])),
 }
 FILES = {"qwen2.5": "Qwen-Qwen2.5-7B-Instruct.jinja", "llama3.1": "meta-llama-Llama-3.1-8B-Instruct.jinja",
-         "gemma2": "google-gemma-2-2b-it.jinja"}
-BOS = {"smollm2": "<|im_start|>", "qwen2.5": "", "llama3.1": "<|begin_of_text|>", "gemma2": "<bos>"}
-EOS = {"smollm2": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3.1": "<|eot_id|>", "gemma2": "<eos>"}
+         "gemma2": "google-gemma-2-2b-it.jinja", "qwen3": "Qwen-Qwen3-0.6B.jinja"}
+BOS = {"qwen3": "", "smollm2": "<|im_start|>", "qwen2.5": "", "llama3.1": "<|begin_of_text|>", "gemma2": "<bos>"}
+EOS = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3.1": "<|eot_id|>", "gemma2": "<eos>"}
 
 
 def main():
@@ -128,13 +147,22 @@ def main():
         for index, conversation in enumerate(CONVERSATIONS):
             if not ACCEPTS[name](conversation):
                 continue
+            # The reasoning conversations only where they mean something (and Qwen2.5, as plain turns).
+            if index in REASONING and name not in ("qwen3", "qwen2.5"):
+                continue
+            thinking = (True, False) if name == "qwen3" else (None,)
             for add_generation_prompt in (True, False):
-                kwargs = {"messages": conversation["messages"], "add_generation_prompt": add_generation_prompt,
-                          "bos_token": BOS[name], "eos_token": EOS[name]}
-                if conversation.get("tools"):
-                    kwargs["tools"] = [{"type": "function", "function": t} for t in conversation["tools"]]
-                vectors.append({"template": name, "conversation": index, "add_generation_prompt": add_generation_prompt,
-                                "expected": template.render(**kwargs)})
+                for enable_thinking in thinking:
+                    kwargs = {"messages": conversation["messages"], "add_generation_prompt": add_generation_prompt,
+                              "bos_token": BOS[name], "eos_token": EOS[name]}
+                    if conversation.get("tools"):
+                        kwargs["tools"] = [{"type": "function", "function": t} for t in conversation["tools"]]
+                    vector = {"template": name, "conversation": index, "add_generation_prompt": add_generation_prompt}
+                    if enable_thinking is not None:
+                        kwargs["enable_thinking"] = enable_thinking
+                        vector["enable_thinking"] = enable_thinking
+                    vector["expected"] = template.render(**kwargs)
+                    vectors.append(vector)
     with open(OUT, "w") as f:
         json.dump({"conversations": CONVERSATIONS, "vectors": vectors}, f, ensure_ascii=False, indent=1)
     counts = {n: sum(1 for v in vectors if v["template"] == n) for n in templates}

@@ -36,6 +36,7 @@ Conversation ToConversation(const Json& j) {
     msg.role = m["role"].get<std::string>();
     msg.content = m["content"].get<std::string>();
     if (m.contains("name")) msg.name = m["name"].get<std::string>();
+    if (m.contains("reasoning_content")) msg.reasoning_content = m["reasoning_content"].get<std::string>();
     if (m.contains("tool_calls")) {
       for (const Json& call : m["tool_calls"]) {
         msg.tool_calls.push_back({call["id"].get<std::string>(), call["function"]["name"].get<std::string>(),
@@ -76,6 +77,15 @@ std::optional<ChatTemplate> TemplateFor(const std::string& name) {
     EXPECT_TRUE(t.ok());
     return *t;
   }
+  if (name == "qwen3") {
+    // Qwen3's distinguishing features: Hermes tools, no default system prompt, <think>
+    // reasoning with reasoning_content, last_query_index and enable_thinking.
+    auto t = ChatTemplate::FromJinja(
+        "{{ '<|im_start|>' }}{{ '<tools>' }} You may call one or more functions to assist with the user query. "
+        "{%- set ns = namespace(last_query_index=0) %} reasoning_content '<think>' enable_thinking");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
   if (name == "llama3.1") return ChatTemplate::ForFormat(ChatFormat::kLlama3);
   if (name == "gemma2") return ChatTemplate::ForFormat(ChatFormat::kGemma);
   return std::nullopt;
@@ -97,7 +107,9 @@ TEST_P(ChatTemplateVectorsTest, MatchesJinja) {
     const int index = v["conversation"].get<int>();
     const Conversation c = ToConversation((*data)["conversations"][index]);
     const bool gen = v["add_generation_prompt"].get<bool>();
-    auto rendered = chat->Render(c.messages, c.tools, gen);
+    ChatRenderOptions options;
+    options.enable_thinking = v.value("enable_thinking", true);
+    auto rendered = chat->Render(c.messages, c.tools, gen, options);
     ASSERT_TRUE(rendered.ok()) << rendered.status();
     EXPECT_EQ(*rendered, v["expected"].get<std::string>())
         << name << " conversation " << index << " add_generation_prompt=" << gen << "\n--- got:\n"
@@ -108,7 +120,7 @@ TEST_P(ChatTemplateVectorsTest, MatchesJinja) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Templates, ChatTemplateVectorsTest,
-                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2"), [](const auto& info) {
+                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2", "qwen3"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '.') ch = '_';
                            return n;
@@ -123,6 +135,32 @@ TEST(ChatTemplateTest, DefaultModelIsChatMLWithDefaultSystemPrompt) {
   EXPECT_EQ(chat->Describe(), "chatml");
   EXPECT_FALSE(chat->supports_tools());
   EXPECT_EQ(chat->default_system_prompt(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+}
+
+TEST(ChatTemplateTest, SplitsReasoningFromTheAnswer) {
+  SplitReply r = SplitReasoning("<think>\nStep one.\nStep two.\n</think>\n\nThe answer.");
+  EXPECT_EQ(r.reasoning, "Step one.\nStep two.");
+  EXPECT_EQ(r.answer, "The answer.");
+  r = SplitReasoning("No reasoning here, <think> later is text.");
+  EXPECT_EQ(r.reasoning, "");
+  EXPECT_EQ(r.answer, "No reasoning here, <think> later is text.");
+  r = SplitReasoning("\n<think>cut off while thinking");  // max_tokens inside the block
+  EXPECT_EQ(r.reasoning, "cut off while thinking");
+  EXPECT_EQ(r.answer, "");
+  r = SplitReasoning("<think>\n\n</think>\n\nDirect.");  // enable_thinking off
+  EXPECT_EQ(r.reasoning, "");
+  EXPECT_EQ(r.answer, "Direct.");
+  EXPECT_EQ(SplitReasoning("").answer, "");
+}
+
+TEST(ChatTemplateTest, ReasoningTemplatesOtherThanQwen3AreRefused) {
+  EXPECT_THAT(ChatTemplate::FromJinja("<|im_start|> {{ '<think>' }} deepseek"),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("other than Qwen3's")));
+  auto qwen3 = ChatTemplate::FromJinja("<|im_start|> <think> reasoning_content last_query_index enable_thinking");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_TRUE(qwen3->supports_reasoning());
+  EXPECT_EQ(qwen3->Describe(), "chatml (qwen3 reasoning)");
+  EXPECT_FALSE(ChatTemplate::ForFormat(ChatFormat::kChatML).supports_reasoning());
 }
 
 TEST(ChatTemplateTest, DetectsFamilies) {

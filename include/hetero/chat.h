@@ -2,7 +2,8 @@
 // definitions) rendered into the prompt text a model was trained on. The GGUF file's Jinja
 // template (tokenizer.chat_template) is recognised by family and rendered natively, with
 // the family's variants (default system prompt, tool sections) read from the template:
-//   ChatML  (<|im_start|>; SmolLM2, Qwen2/2.5 with Hermes-style <tools>)
+//   ChatML  (<|im_start|>; SmolLM2, Qwen2/2.5 with Hermes-style <tools>, Qwen3 with <think>
+//            reasoning as well)
 //   Llama 3 (<|start_header_id|>; 3.0, and 3.1+ with its tool format)
 //   Mistral ([INST])   Zephyr (<|user|>)   Gemma (<start_of_turn>)
 // Render the prompt, then tokenize it with parse_special = true and add_bos = false: the
@@ -36,7 +37,26 @@ struct ChatMessage {
   std::vector<ToolCall> tool_calls{};  // assistant turns that call tools
   std::string tool_call_id{};          // tool results: the call answered
   std::string name{};                  // tool results: the tool's name
+  // Assistant turns of reasoning models (Qwen3): the reasoning before the answer, rendered
+  // as the template does (inside <think> for turns after the last user message, dropped
+  // before it).
+  std::string reasoning_content{};
 };
+
+struct ChatRenderOptions {
+  // Reasoning templates (Qwen3): false ends the generation prompt with an empty <think>
+  // block, as enable_thinking=False does. Other templates ignore it.
+  bool enable_thinking = true;
+};
+
+// A reply's reasoning (the text inside a leading <think>...</think>) and its answer (what
+// follows, leading newlines dropped); no leading <think> block: all of it is the answer.
+// An unclosed block is all reasoning (generation stopped while thinking).
+struct SplitReply {
+  std::string reasoning;
+  std::string answer;
+};
+HETERO_EXPORT SplitReply SplitReasoning(std::string_view reply);
 
 struct ToolDefinition {
   std::string name;
@@ -73,13 +93,16 @@ class HETERO_EXPORT ChatTemplate {
   // e.g. invalid tool-call JSON or several tool calls in one Llama 3.1 turn.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      const std::vector<ToolDefinition>& tools,
-                                     bool add_generation_prompt) const;
+                                     bool add_generation_prompt, const ChatRenderOptions& options = {}) const;
 
   // "chatml", ..., or "custom".
   std::string Describe() const;
   // Whether the template writes tool definitions; if not, a caller that offers tools must
   // describe them itself (e.g. in the system message).
   bool supports_tools() const;
+  // Whether replies start with a <think> reasoning block that the template keeps apart
+  // (Qwen3); the engine then returns the reasoning separately (RunResult::reasoning).
+  bool supports_reasoning() const;
   // The system prompt the template adds when the conversation has none (may be empty).
   const std::string& default_system_prompt() const;
 

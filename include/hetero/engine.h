@@ -167,7 +167,10 @@ HETERO_EXPORT ToolInvocation InvokeTool(const ToolRegistry& registry, const std:
 HETERO_EXPORT std::string TaskReportJson(const TaskReport& report);
 
 struct RunResult {
-  std::string text;  // the final assistant reply
+  std::string text;  // the final assistant reply (its answer, without the reasoning)
+  // Reasoning templates (ChatTemplate::supports_reasoning, Qwen3): the reply's <think>
+  // text, kept apart from `text`; empty otherwise.
+  std::string reasoning;
   TaskReport report;
   // With RunOptions::logprobs >= 0: each token of the last Generate stage as generated (with
   // tools in the generic format, its envelope's tokens too), in order.
@@ -188,6 +191,9 @@ struct ToolHandler {
 struct RunOptions {
   int max_tokens = 256;
   SamplingParams sampling;
+  // Reasoning templates (Qwen3): false asks for an answer without reasoning, as the
+  // template's enable_thinking=False does (an empty <think> block ends the prompt).
+  bool enable_thinking = true;
   std::vector<std::string> stop;
   // >= 0: report each generated token's log-probability and this many most likely
   // alternatives (at most kMaxTopLogprobs) in RunResult::logprobs; -1: off (no cost).

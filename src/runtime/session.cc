@@ -200,6 +200,8 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
   if (forced_calls != nullptr) task.route_grammar = std::move(forced_calls);
   std::vector<ToolCall> returned_calls;
   std::string answer;
+  std::string reasoning;  // reasoning templates: the final reply's <think> text
+  const bool split_reasoning = s.engine->chat->supports_reasoning();
   std::vector<std::string> earlier_calls;  // name + arguments of every call so far
   if (status.ok() && task.refusal.has_value()) {
     answer = *task.refusal;  // refused before any Generate work
@@ -258,10 +260,15 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
         turn.tool_calls.push_back({absl::StrCat("call_", round, "_", i), call.name, call.arguments_json});
         if (task.tool_format == ToolCallFormat::kLlama3) break;  // one call per Llama 3.1 turn
       }
+      if (split_reasoning) {
+        SplitReply split = SplitReasoning(turn.content);
+        turn.content = split.answer;
+        turn.reasoning_content = reasoning = split.reasoning;
+      }
       returned_calls = turn.tool_calls;
       generated[messages.size()] = {task.tool_format, task.reply};
+      answer = turn.content;
       messages.push_back(std::move(turn));
-      answer = task.parsed.text;
       task.report.stop_reason = "tool_calls";
       break;
     }
@@ -269,7 +276,13 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
       // With tools, the conversation keeps the answer, not the reply format around it; the
       // reply as generated is kept aside for later runs in the same format.
       if (registry != nullptr) generated[messages.size()] = {task.tool_format, task.reply};
-      messages.push_back(ChatMessage{"assistant", answer});  // without tools, the reply itself
+      ChatMessage turn{"assistant", answer};  // without tools, the reply itself
+      if (split_reasoning) {
+        SplitReply split = SplitReasoning(answer);
+        turn.content = answer = split.answer;
+        turn.reasoning_content = reasoning = split.reasoning;
+      }
+      messages.push_back(std::move(turn));
       break;
     }
     status = RunStage(task, Stage::kToolCall, [&] { return ToolCallStage().Run(task); });
@@ -299,7 +312,8 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
   // The session's KV is now free or evictable: a job waiting for memory may go.
   s.engine->devices->PokeAll();
   if (!status.ok()) return status;
-  return RunResult{answer, std::move(task.report), std::move(task.token_logprobs), std::move(returned_calls)};
+  return RunResult{answer, std::move(reasoning), std::move(task.report), std::move(task.token_logprobs),
+                   std::move(returned_calls)};
 }
 
 }  // namespace hetero

@@ -21,6 +21,7 @@ struct ChatTemplate::Spec {
   ChatFormatter custom;               // set for Custom()
   std::string default_system_prompt;  // ChatML: added when the conversation has none
   bool hermes_tools = false;          // ChatML with a <tools> section (Qwen2.5 style)
+  bool reasoning = false;             // ChatML with Qwen3's <think> sections
   bool llama31 = false;               // Llama 3.1+: date header and tool format
   bool date_from_clock = false;       // Llama 3.2+: "Today Date" is today (strftime_now)
   std::string bos;                    // text the template writes as bos_token
@@ -101,15 +102,50 @@ void AppendChatMLTurn(absl::string_view role, absl::string_view content, std::st
   absl::StrAppend(&out, "<|im_start|>", role, "\n", content, "<|im_end|>\n");
 }
 
+// Qwen3's assistant turn: its reasoning (given, or split from a content that carries a
+// </think>) inside <think> when the turn follows the last user query and is the last
+// message or has reasoning; otherwise the content alone.
+std::string Qwen3AssistantText(const ChatMessage& m, bool after_last_query, bool last, std::string& content) {
+  std::string reasoning = m.reasoning_content;
+  content = m.content;
+  if (reasoning.empty()) {
+    const size_t close = m.content.find("</think>");
+    if (close != std::string::npos) {
+      // As the template: the text after the last </think>, and before the first one, after
+      // the last <think>.
+      const size_t last_close = m.content.rfind("</think>");
+      content = m.content.substr(last_close + 8);
+      while (!content.empty() && content.front() == '\n') content.erase(content.begin());
+      std::string before = m.content.substr(0, close);
+      while (!before.empty() && before.back() == '\n') before.pop_back();
+      const size_t open = before.rfind("<think>");
+      reasoning = open == std::string::npos ? before : before.substr(open + 7);
+      while (!reasoning.empty() && reasoning.front() == '\n') reasoning.erase(reasoning.begin());
+    }
+  }
+  if (after_last_query && (last || !reasoning.empty())) {
+    size_t b = 0, e = reasoning.size();
+    while (b < e && reasoning[b] == '\n') ++b;
+    while (e > b && reasoning[e - 1] == '\n') --e;
+    std::string shown = content;
+    while (!shown.empty() && shown.front() == '\n') shown.erase(shown.begin());
+    return absl::StrCat("<think>\n", reasoning.substr(b, e - b), "\n</think>\n\n", shown);
+  }
+  return content;
+}
+
 absl::StatusOr<std::string> RenderChatML(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
-                                         const std::vector<ToolDefinition>& tools, bool add_generation_prompt) {
+                                         const std::vector<ToolDefinition>& tools, bool add_generation_prompt,
+                                         const ChatRenderOptions& options) {
   std::string out;
   const bool first_is_system = !messages.empty() && messages[0].role == "system";
   size_t start = 0;
   if (spec.hermes_tools && !tools.empty()) {
     out += "<|im_start|>system\n";
-    out += first_is_system ? messages[0].content : spec.default_system_prompt;
-    out += "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    // Qwen2.5 always has a system text here (its default); Qwen3 has none without one.
+    const std::string& system = first_is_system ? messages[0].content : spec.default_system_prompt;
+    if (first_is_system || !system.empty()) absl::StrAppend(&out, system, "\n\n");
+    out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
            "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
     for (const ToolDefinition& tool : tools) {
       HETERO_ASSIGN_OR_RETURN(nlohmann::ordered_json json, ToolJson(tool));
@@ -132,8 +168,30 @@ absl::StatusOr<std::string> RenderChatML(const ChatTemplate::Spec& spec, const s
     AppendChatMLTurn("system", spec.default_system_prompt, out);
   }
 
+  // Qwen3: the last user message that is not a tool response (multi-step tool use).
+  size_t last_query = messages.empty() ? 0 : messages.size() - 1;
+  for (size_t i = messages.size(); i-- > 0;) {
+    const std::string& c = messages[i].content;
+    if (messages[i].role == "user" && !(absl::StartsWith(c, "<tool_response>") && absl::EndsWith(c, "</tool_response>"))) {
+      last_query = i;
+      break;
+    }
+  }
   for (size_t i = start; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
+    if (spec.reasoning && m.role == "assistant") {
+      std::string content;
+      absl::StrAppend(&out, "<|im_start|>assistant\n",
+                      Qwen3AssistantText(m, i > last_query, i + 1 == messages.size(), content));
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        if (k > 0 || !content.empty()) out += "\n";
+        HETERO_ASSIGN_OR_RETURN(std::string args, ArgumentsJson(m.tool_calls[k]));
+        absl::StrAppend(&out, "<tool_call>\n{\"name\": \"", m.tool_calls[k].name, "\", \"arguments\": ", args,
+                        "}\n</tool_call>");
+      }
+      out += "<|im_end|>\n";
+      continue;
+    }
     if (!spec.hermes_tools) {
       AppendChatMLTurn(m.role, m.content, out);  // every role, tool calls not written
       continue;
@@ -156,7 +214,10 @@ absl::StatusOr<std::string> RenderChatML(const ChatTemplate::Spec& spec, const s
     }
     // Other roles are not written by this family's template.
   }
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  if (add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (spec.reasoning && !options.enable_thinking) out += "<think>\n\n</think>\n\n";
+  }
   return out;
 }
 
@@ -408,9 +469,14 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text
   if (*format == ChatFormat::kChatML) {
     // Variants whose prompts this renderer would get wrong are refused, not guessed.
     if (absl::StrContains(jinja, "<think>")) {
-      return absl::UnimplementedError(
-          "ChatML template with <think> reasoning sections (Qwen3 / DeepSeek-R1 style) is not supported; "
-          "use ChatTemplate::ForFormat(ChatFormat::kChatML) or ChatTemplate::Custom");
+      // Qwen3's form: reasoning kept for the turns after the last query, enable_thinking.
+      if (!absl::StrContains(jinja, "reasoning_content") || !absl::StrContains(jinja, "last_query_index") ||
+          !absl::StrContains(jinja, "enable_thinking")) {
+        return absl::UnimplementedError(
+            "ChatML template with <think> reasoning sections other than Qwen3's (e.g. DeepSeek-R1 style) is not "
+            "supported; use ChatTemplate::ForFormat(ChatFormat::kChatML) or ChatTemplate::Custom");
+      }
+      spec->reasoning = true;
     }
     spec->default_system_prompt = FindDefaultSystemPrompt(jinja);
     spec->hermes_tools = absl::StrContains(jinja, "<tools>");
@@ -456,10 +522,10 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromModel(const Model& model) {
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  const std::vector<ToolDefinition>& tools,
-                                                 bool add_generation_prompt) const {
+                                                 bool add_generation_prompt, const ChatRenderOptions& options) const {
   if (spec_->custom) return spec_->custom(messages, tools, add_generation_prompt);
   switch (spec_->format) {
-    case ChatFormat::kChatML: return RenderChatML(*spec_, messages, tools, add_generation_prompt);
+    case ChatFormat::kChatML: return RenderChatML(*spec_, messages, tools, add_generation_prompt, options);
     case ChatFormat::kLlama3: return RenderLlama3(*spec_, messages, tools, add_generation_prompt);
     case ChatFormat::kMistral: return RenderMistral(*spec_, messages);
     case ChatFormat::kZephyr: return RenderZephyr(*spec_, messages, add_generation_prompt);
@@ -472,8 +538,32 @@ std::string ChatTemplate::Describe() const {
   if (spec_->custom) return "custom";
   std::string d(ChatFormatName(spec_->format));
   if (spec_->hermes_tools) d += " (hermes tools)";
+  if (spec_->reasoning) d += " (qwen3 reasoning)";
   if (spec_->format == ChatFormat::kLlama3) d += spec_->llama31 ? " (3.1+)" : " (3.0)";
   return d;
+}
+
+bool ChatTemplate::supports_reasoning() const { return !spec_->custom && spec_->reasoning; }
+
+SplitReply SplitReasoning(std::string_view reply) {
+  SplitReply out;
+  size_t i = 0;
+  while (i < reply.size() && (reply[i] == ' ' || reply[i] == '\n')) ++i;
+  if (reply.substr(i, 7) != "<think>") {
+    out.answer = std::string(reply);
+    return out;
+  }
+  const size_t close = reply.find("</think>", i + 7);
+  std::string_view reasoning = reply.substr(i + 7, close == std::string_view::npos ? std::string_view::npos : close - i - 7);
+  while (!reasoning.empty() && reasoning.front() == '\n') reasoning.remove_prefix(1);
+  while (!reasoning.empty() && reasoning.back() == '\n') reasoning.remove_suffix(1);
+  out.reasoning = std::string(reasoning);
+  if (close != std::string_view::npos) {
+    std::string_view answer = reply.substr(close + 8);
+    while (!answer.empty() && answer.front() == '\n') answer.remove_prefix(1);
+    out.answer = std::string(answer);
+  }
+  return out;
 }
 
 bool ChatTemplate::supports_tools() const {

@@ -37,18 +37,19 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   // form earlier runs had.
   const ChatTemplate& chat = services.chat_template();
   const internal::GeneratedTurns& generated = *task.generated;
+  const ChatRenderOptions render{task.options->enable_thinking};
   if (tools == nullptr) {
     HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(internal::ConversationWithoutTools(*task.messages, chat), {},
-                                                /*add_generation_prompt=*/true));
+                                                /*add_generation_prompt=*/true, render));
   } else if (internal::TemplateDescribesTools(chat, task.tool_format)) {
     HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(internal::ConversationInToolFormat(*task.messages, generated, task.tool_format,
                                                                                    /*template_writes_calls=*/true),
-                                                tools->Definitions(), true));
+                                                tools->Definitions(), true, render));
   } else {
     const std::vector<ChatMessage> shown = internal::MessagesWithToolPrompt(
         internal::ConversationInToolFormat(*task.messages, generated, task.tool_format, /*template_writes_calls=*/false),
         *tools, task.tool_format, chat);
-    HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(shown, {}, /*add_generation_prompt=*/true));
+    HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(shown, {}, /*add_generation_prompt=*/true, render));
   }
   HETERO_ASSIGN_OR_RETURN(task.prompt_tokens, services.tokenizer().Encode(prompt, /*add_bos=*/false, /*parse_special=*/true));
   if (task.prompt_tokens.empty()) return absl::InvalidArgumentError("the conversation renders to no tokens");
