@@ -6,6 +6,7 @@
 #include <optional>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/model.h"
@@ -191,6 +192,43 @@ TEST_F(ConstrainedDecodingTest, HermesConstrainsOnlyInsideTheTags) {
   for (int id = 0; id < tokenizer_->vocab_size(); ++id) {
     if (logits[id] == 0.0f) {
       EXPECT_EQ(std::string("convert\"").rfind(vocab_->bytes[id], 0), 0u) << vocab_->bytes[id];
+    }
+  }
+}
+
+// tool_choice required in Hermes and Llama 3.1: the reply must open with the call (free text
+// first is refused), and random sampling under the mask always yields a complete call.
+TEST_F(ConstrainedDecodingTest, RequiredCallsOpenTheReply) {
+  ToolRegistry tools;
+  ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
+  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3}) {
+    const char* key = format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
+    std::shared_ptr<const Grammar> grammar = Grammar::ToolCall({"convert"}, {&tools.schema(0).root()}, key);
+    ToolCallConstraint free_text(vocab_, grammar, format, /*call_required=*/true);
+    EXPECT_FALSE(free_text.Allows(tokenizer_->FindToken("Sure"))) << ToolCallFormatName(format);
+    EXPECT_FALSE(free_text.Allows(tokenizer_->eos())) << ToolCallFormatName(format);
+    const std::vector<float> pool = NoisePool(7);
+    std::vector<float> bias(tokenizer_->vocab_size(), 0.0f);
+    for (int run = 0; run < 5; ++run) {
+      ToolCallConstraint c(vocab_, grammar, format, /*call_required=*/true);
+      NoisySampler sampler(pool, bias, 100 + run, 200 + run);
+      std::string text;
+      bool ended = false;
+      for (int step = 0; step < 400 && !ended; ++step) {
+        c.SetBudget(400 - step);
+        std::optional<int32_t> token = sampler.Next(c);
+        ASSERT_TRUE(token.has_value()) << "dead end after " << text;
+        ended = vocab_->end_of_generation[*token];
+        if (!ended) text += vocab_->bytes[*token];
+        // Stop once the call is closed: what follows is free text.
+        if (format == ToolCallFormat::kHermes && text.find("</tool_call>") != std::string::npos) break;
+      }
+      const std::string trimmed(absl::StripLeadingAsciiWhitespace(text));
+      EXPECT_EQ(trimmed.rfind(format == ToolCallFormat::kHermes ? "<tool_call>" : "{", 0), 0u) << text;
+      const ParsedReply parsed = ParseToolCalls(text, format);
+      ASSERT_EQ(parsed.calls.size(), 1u) << text;
+      EXPECT_EQ(parsed.calls[0].name, "convert") << text;
+      EXPECT_TRUE(parsed.calls[0].error.empty()) << parsed.calls[0].error << " in " << text;
     }
   }
 }

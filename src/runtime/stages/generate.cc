@@ -24,12 +24,17 @@ absl::Status GenerateStage::Run(TaskContext& task) {
     // The user sees only answer text, never tool-call markup.
     auto stream = std::make_shared<internal::ReplyStream>(task.tool_format, task.options->on_text);
     job->on_text = [stream](std::string_view piece) { return stream->Push(piece); };
+    // The route's grammar (tool_choice required or named, a router's tool route) holds the
+    // first reply to calls; in Hermes and Llama 3.1 the constraint must then open one.
+    const bool forced = !(task.answer_only && task.answer_grammar != nullptr) && task.tool_round == 0 &&
+                        task.route_grammar != nullptr;
     const std::shared_ptr<const internal::Grammar>& grammar =
-        task.answer_only && task.answer_grammar != nullptr               ? task.answer_grammar
-        : task.tool_round == 0 && task.route_grammar != nullptr ? task.route_grammar
-                                                                         : task.tool_grammar;
+        task.answer_only && task.answer_grammar != nullptr ? task.answer_grammar
+        : forced                                           ? task.route_grammar
+                                                           : task.tool_grammar;
     if (grammar != nullptr) {
-      job->constraint = std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), grammar, task.tool_format);
+      job->constraint =
+          std::make_unique<internal::ToolCallConstraint>(services.vocab_bytes(), grammar, task.tool_format, forced);
     }
   } else if (task.response_grammar != nullptr) {
     // The generic format's constraint holds the whole reply, from its first byte, to one value.

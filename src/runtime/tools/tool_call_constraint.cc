@@ -58,11 +58,14 @@ VocabBytes::VocabBytes(const Tokenizer& tokenizer) {
 }
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const VocabBytes> vocab, std::shared_ptr<const Grammar> grammar,
-                                       ToolCallFormat format)
+                                       ToolCallFormat format, bool call_required)
     : vocab_(std::move(vocab)),
       grammar_(std::move(grammar)),
       format_(format),
-      state_{format == ToolCallFormat::kGeneric ? Phase::kJson : Phase::kWaiting, 0, 0, {}, JsonMatcher(grammar_->root())} {}
+      state_{format == ToolCallFormat::kGeneric ? Phase::kJson
+             : call_required                    ? Phase::kOpening
+                                                : Phase::kWaiting,
+             0, 0, {}, JsonMatcher(grammar_->root())} {}
 
 bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
   switch (s.phase) {
@@ -72,6 +75,26 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
       return true;
     case Phase::kDone:
       return false;  // only an end-of-generation token may follow
+    case Phase::kOpening: {
+      if (IsSpace(c) && s.suffix_pos == 0 && s.spaces < kMaxSpaces) {
+        ++s.spaces;
+        return true;
+      }
+      if (format_ == ToolCallFormat::kLlama3) {
+        if (c != '{') return false;
+        s.phase = Phase::kJson;
+        s.spaces = 0;
+        return s.matcher.Feed(c);
+      }
+      if (s.suffix_pos >= kOpenTag.size() || c != static_cast<uint8_t>(kOpenTag[s.suffix_pos])) return false;
+      if (++s.suffix_pos == kOpenTag.size()) {
+        s.phase = Phase::kJson;
+        s.spaces = 0;
+        s.suffix_pos = 0;
+        s.matcher = JsonMatcher(grammar_->root());
+      }
+      return true;
+    }
     case Phase::kWaiting:
       if (format_ == ToolCallFormat::kLlama3) {
         // The reply is a call exactly when it opens with '{'.

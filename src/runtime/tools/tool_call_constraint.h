@@ -43,8 +43,11 @@ struct VocabBytes {
 class ToolCallConstraint : public TokenConstraint {
  public:
   // `grammar` must outlive the constraint (shared ownership through the pointer).
+  // `call_required` (tool_choice required or named, a router's tool route): the reply opens
+  // with a call, "<tool_call>" in Hermes (after at most a few spaces), '{' in Llama 3.1; the
+  // generic format's grammar says so itself.
   ToolCallConstraint(std::shared_ptr<const VocabBytes> vocab, std::shared_ptr<const Grammar> grammar,
-                     ToolCallFormat format);
+                     ToolCallFormat format, bool call_required = false);
 
   bool Allows(int32_t token) override;
   bool Mask(absl::Span<float> logits) override;
@@ -67,7 +70,8 @@ class ToolCallConstraint : public TokenConstraint {
   bool broken() const { return state_.phase == Phase::kBroken; }
 
  private:
-  enum class Phase : uint8_t { kWaiting, kJson, kSuffix, kDone, kFree, kBroken };
+  // kOpening: a required call's marker, suffix_pos of its bytes matched.
+  enum class Phase : uint8_t { kWaiting, kJson, kSuffix, kDone, kFree, kBroken, kOpening };
   struct State {
     Phase phase;
     uint8_t spaces = 0;      // whitespace bytes taken before the JSON or the closing tag
