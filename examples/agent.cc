@@ -5,7 +5,7 @@
 // (with --compare) unconstrained.
 //
 //   hetero-agent [-m MODEL] [-t THREADS] [-n TOKENS] [--no-constrain] [--format F]
-//                [--facts FILE] ["question"]
+//                [--tool-choice auto|required] [--no-think] [--facts FILE] ["question"]
 //   hetero-agent --suite tests/data/tool_suite.jsonl [--compare] [--json] [--limit N]
 #include <chrono>
 #include <cmath>
@@ -44,6 +44,8 @@ struct Options {
   bool compare = false;
   bool json = false;
   hetero::ToolCallFormat format = hetero::ToolCallFormat::kAuto;
+  bool require_tool_call = false;  // --tool-choice required: the first reply calls tools
+  bool think = true;               // --no-think: reasoning templates answer without it
 };
 
 double GenerateMs(const hetero::TaskReport& report) {
@@ -55,6 +57,7 @@ double GenerateMs(const hetero::TaskReport& report) {
 }
 
 void PrintReport(const std::string& question, const hetero::RunResult& r) {
+  if (!r.reasoning.empty()) std::printf("reasoning: %s\n", r.reasoning.c_str());
   std::printf("question: %s\nanswer:   %s\n\n", question.c_str(), r.text.c_str());
   std::printf("%-10s %-4s %9s %9s %6s %6s  %s\n", "stage", "dev", "start ms", "end ms", "in", "out", "reason");
   for (const hetero::StageReport& s : r.report.stages) {
@@ -205,10 +208,16 @@ int main(int argc, char** argv) {
       } else {
         return Fail("unknown format '" + f + "' (auto, hermes, llama3, generic)");
       }
+    } else if (a == "--tool-choice") {
+      const std::string c = value();
+      if (c != "auto" && c != "required") return Fail("unknown tool choice '" + c + "' (auto, required)");
+      o.require_tool_call = c == "required";
+    } else if (a == "--no-think") {
+      o.think = false;
     } else if (a == "-h" || a == "--help") {
       std::printf(
           "usage: hetero-agent [-m MODEL] [-t THREADS] [-n TOKENS] [--no-constrain] [--format auto|hermes|llama3|generic]\n"
-          "                    [--facts FILE] [\"question\"]\n"
+          "                    [--tool-choice auto|required] [--no-think] [--facts FILE] [\"question\"]\n"
           "       hetero-agent --suite FILE [--compare] [--json] [--limit N] [--facts FILE]\n");
       return 0;
     } else if (!a.empty() && a[0] == '-') {
@@ -236,6 +245,8 @@ int main(int argc, char** argv) {
     run.tool_registry = *tools;
     run.tool_format = o.format;
     run.constrain_tool_calls = o.constrain;
+    run.enable_thinking = o.think;
+    if (o.require_tool_call) run.tool_choice = hetero::RunOptions::ToolChoice::kRequired;
     auto result = (*session)->Run(o.question, run);
     if (!result.ok()) return Fail(std::string(result.status().message()));
     PrintReport(o.question, *result);
