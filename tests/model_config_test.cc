@@ -130,10 +130,63 @@ TEST(ModelConfigTest, UnsupportedArchitecture) {
   testing::GgufBuilder b;
   b.AddString("general.architecture", "gemma");
   EXPECT_THAT(Model::Load(WriteTempFile(b.Build(), "gemma.gguf")),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("architecture 'gemma' is not supported")));
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       HasSubstr("architecture 'gemma' is not supported (supported: llama, granite, qwen2, qwen3, "
+                                 "gemma3, phi3)")));
   testing::GgufBuilder none;
   EXPECT_THAT(Model::Load(WriteTempFile(none.Build(), "no_arch.gguf")),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("general.architecture")));
+}
+
+// Each architecture's own tensors and keys are required and named when missing or wrong.
+TEST(ModelConfigTest, ArchitectureSpecificTensorsAndKeys) {
+  TinyModelOptions qwen3;
+  qwen3.architecture = "qwen3";
+  qwen3.head_dim = 32;
+  auto loaded = LoadTiny(qwen3, "qwen3.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config().head_dim, 32);
+  EXPECT_THAT((*loaded)->config().features, ::testing::Contains(HasSubstr("queries and keys")));
+  qwen3.omit_tensors = {"blk.1.attn_k_norm.weight"};
+  EXPECT_THAT(LoadTiny(qwen3, "qwen3_no_norm.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'blk.1.attn_k_norm.weight' is missing")));
+
+  TinyModelOptions gemma;
+  gemma.architecture = "gemma3";
+  gemma.n_layers = 6;
+  gemma.sliding_window = 16;
+  loaded = LoadTiny(gemma, "gemma3.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config().sliding_window, 16);
+  EXPECT_EQ((*loaded)->config().rope_style, RopeStyle::kNeox);
+  gemma.omit_keys = {"attention.sliding_window"};
+  EXPECT_THAT(LoadTiny(gemma, "gemma3_no_window.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("gemma3.attention.sliding_window")));
+  gemma.omit_keys = {};
+  gemma.float_keys = {{"final_logit_softcapping", 30.0f}};
+  EXPECT_THAT(LoadTiny(gemma, "gemma3_softcap.gguf"),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("final_logit_softcapping")));
+  gemma.float_keys = {};
+  gemma.omit_tensors = {"blk.5.post_ffw_norm.weight"};
+  EXPECT_THAT(LoadTiny(gemma, "gemma3_no_post_norm.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'blk.5.post_ffw_norm.weight' is missing")));
+
+  TinyModelOptions phi;
+  phi.architecture = "phi3";
+  loaded = LoadTiny(phi, "phi3.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE((*loaded)->unused_tensors().empty());
+  // q|k|v rows: 64 + 2 * 32 with the defaults (4 heads of 16, 2 KV heads).
+  phi.shape_overrides = {{"blk.0.attn_qkv.weight", {64, 120}}};
+  EXPECT_THAT(LoadTiny(phi, "phi3_bad_qkv.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor 'blk.0.attn_qkv.weight' has shape [64, 120], expected [64, 128]")));
+
+  TinyModelOptions granite;
+  granite.architecture = "granite";
+  granite.float_keys = {{"logit_scale", -2.0f}};
+  EXPECT_THAT(LoadTiny(granite, "granite_bad_scale.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'granite.logit_scale' is -2")));
 }
 
 TEST(ModelConfigTest, InconsistentHyperparameters) {
