@@ -379,6 +379,9 @@ typedef struct hetero_run_options {
   int32_t top_logprobs;           /* with logprobs: this many most likely alternatives, 0 to 20 */
   hetero_token_callback on_token; /* NULL: no token stream */
   void* on_token_user_data;
+  /* Added with reasoning templates (Qwen3): nonzero asks for an answer without reasoning
+   * (the template's enable_thinking=False); 0 (default): the model may reason. */
+  int32_t disable_thinking;
 } hetero_run_options;
 
 HETERO_C_API void hetero_run_options_default(hetero_run_options* options);
@@ -394,8 +397,12 @@ HETERO_C_API hetero_status hetero_session_run(hetero_session* session, const cha
                                               const hetero_run_options* options, hetero_result** out_result);
 
 HETERO_C_API void hetero_result_destroy(hetero_result* result);
-/* The final answer (UTF-8, NUL-terminated); "" for NULL. */
+/* The final answer (UTF-8, NUL-terminated); "" for NULL. With a reasoning template
+ * (Qwen3) the reply's <think> text is not part of it: see hetero_result_reasoning. */
 HETERO_C_API const char* hetero_result_text(const hetero_result* result);
+/* The reply's reasoning (the text of its leading <think> block) where the model's chat
+ * template keeps reasoning apart (Qwen3), else ""; "" for NULL. */
+HETERO_C_API const char* hetero_result_reasoning(const hetero_result* result);
 /* The task report as a JSON object: stages (stage, device, start_ms, end_ms, tokens_in,
  * tokens_out, reason, joules, idle_joules, joules_estimated), tool_calls (round, name,
  * arguments, outcome, detail, result_bytes, truncated, ms, duplicate), prompt_tokens,

@@ -42,6 +42,7 @@ struct hetero_tool_reply {
 
 struct hetero_result {
   std::string text;
+  std::string reasoning;
   std::string report_json;
   int32_t generated_tokens = 0;
   int32_t tool_calls = 0;
@@ -706,10 +707,12 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
     if (o.tools != nullptr) run.tool_registry = o.tools->registry;
     run.max_tool_rounds = o.max_tool_rounds;
     run.constrain_tool_calls = o.constrain_tool_calls != 0;
+    run.enable_thinking = o.disable_thinking == 0;
     auto result = session->session->Run(user_message, run);
     if (!result.ok()) return FromStatus(result.status());
     auto out = std::make_unique<hetero_result>();
     out->text = std::move(result->text);
+    out->reasoning = std::move(result->reasoning);
     out->report_json = hetero::TaskReportJson(result->report);
     out->generated_tokens = result->report.generated_tokens;
     out->tool_calls = static_cast<int32_t>(result->report.tool_calls.size());
@@ -722,6 +725,10 @@ hetero_status hetero_session_run(hetero_session* session, const char* user_messa
 void hetero_result_destroy(hetero_result* result) { delete result; }
 
 const char* hetero_result_text(const hetero_result* result) { return result != nullptr ? result->text.c_str() : ""; }
+
+const char* hetero_result_reasoning(const hetero_result* result) {
+  return result != nullptr ? result->reasoning.c_str() : "";
+}
 
 const char* hetero_result_report_json(const hetero_result* result) {
   return result != nullptr ? result->report_json.c_str() : "{}";

@@ -149,6 +149,7 @@ static void test_arguments_and_tools(void) {
   EXPECT(hetero_tool_reply_set_result(NULL, "x", 1), HETERO_INVALID_ARGUMENT, "reply is NULL");
   EXPECT(hetero_tool_reply_set_error(NULL, "x"), HETERO_INVALID_ARGUMENT, "reply is NULL");
   CHECK(strcmp(hetero_result_text(NULL), "") == 0);
+  CHECK(strcmp(hetero_result_reasoning(NULL), "") == 0);
   CHECK(strcmp(hetero_result_report_json(NULL), "{}") == 0);
   CHECK(hetero_result_generated_tokens(NULL) == 0);
   hetero_engine_destroy(NULL);
@@ -299,6 +300,7 @@ static void test_runs(const char* model) {
   if (result != NULL) {
     CHECK(strlen(hetero_result_text(result)) > 0);
     CHECK(strcmp(stream.text, hetero_result_text(result)) == 0); /* streamed = final, no tools */
+    CHECK(strcmp(hetero_result_reasoning(result), "") == 0);    /* SmolLM2's template does not reason */
     CHECK(hetero_result_generated_tokens(result) > 0);
     CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"understand\"") != NULL);
     CHECK(strstr(hetero_result_report_json(result), "\"stage\":\"generate\"") != NULL);

@@ -213,13 +213,16 @@ def invoke_tool(tools, name, arguments):
 # ---- engine, sessions, results ------------------------------------------------------------
 
 class Result:
-    """A run's final answer (`text`) and its task report (`report`, a dict). With
+    """A run's final answer (`text`) and its task report (`report`, a dict). `reasoning`:
+    the reply's <think> text where the model's chat template keeps it apart (Qwen3), else
+    "". With
     run(logprobs=True): `logprobs`, one dict per token of the last Generate stage,
     {"token": id, "logprob": float, "top": [(id, logprob), ...]} (natural logs of the model's
     probabilities, before sampling's penalties, temperature and masks); else None."""
 
     def __init__(self, handle, logprobs=False):
         self.text = _c.hetero_result_text(handle).decode(errors="replace")
+        self.reasoning = _c.hetero_result_reasoning(handle).decode(errors="replace")
         self.report = json.loads(_c.hetero_result_report_json(handle).decode())
         self.generated_tokens = _c.hetero_result_generated_tokens(handle)
         self.tool_calls = self.report["tool_calls"]
@@ -379,7 +382,7 @@ class Engine:
 def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_p, repetition_penalty,
                          frequency_penalty, presence_penalty, penalty_window, stop, seed, timeout, tools,
                          max_tool_rounds, constrain_tool_calls, response_schema, logprobs, top_logprobs, on_text,
-                         on_token):
+                         on_token, enable_thinking=True):
     """Checks run()'s arguments (TypeError or InvalidArgument naming the parameter);
     returns the message as UTF-8."""
     encoded = _args.text(message, "message")
@@ -410,6 +413,7 @@ def _check_run_arguments(message, *, max_tokens, temperature, top_k, top_p, min_
                 raise TypeError(f"tools[{i}] must be a hetero.Tool or a function, not {type(t).__name__}")
     _args.integer(max_tool_rounds, "max_tool_rounds", minimum=0, maximum=(1 << 31) - 1)
     _args.flag(constrain_tool_calls, "constrain_tool_calls")
+    _args.flag(enable_thinking, "enable_thinking")
     if response_schema is not None and not isinstance(response_schema, (dict, str)):
         raise TypeError(f"response_schema must be a dict, a JSON str or None, not {type(response_schema).__name__}")
     _args.flag(logprobs, "logprobs")
@@ -440,7 +444,7 @@ class Session:
     def run(self, message, *, max_tokens=256, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
             frequency_penalty=0.0, presence_penalty=0.0, penalty_window=64, stop=None, seed=0, timeout=None,
             tools=None, max_tool_rounds=4, constrain_tool_calls=True, response_schema=None, logprobs=False,
-            top_logprobs=0, on_text=None, on_token=None):
+            top_logprobs=0, on_text=None, on_token=None, enable_thinking=True):
         """Runs `message` to the final answer. `tools`: Tools or functions with type hints.
         `on_text(piece)` receives answer text as it is generated; returning False cancels.
         Sampling: penalties (repetition, frequency, presence, over the last `penalty_window`
@@ -450,14 +454,15 @@ class Session:
         constrained decoding; `json.loads(result.text)` reads it. `logprobs`: each generated
         token's log-probability in `Result.logprobs`, with `top_logprobs` (0-20) alternatives.
         `on_token(id, logprob)` receives each generated token as it is chosen (logprob 0
-        without `logprobs`; with tools, call and envelope tokens too); False cancels."""
+        without `logprobs`; with tools, call and envelope tokens too); False cancels.
+        `enable_thinking=False`: reasoning templates (Qwen3) answer without reasoning."""
         encoded_message = _check_run_arguments(
             message, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
             repetition_penalty=repetition_penalty, frequency_penalty=frequency_penalty,
             presence_penalty=presence_penalty, penalty_window=penalty_window, stop=stop, seed=seed, timeout=timeout,
             tools=tools, max_tool_rounds=max_tool_rounds, constrain_tool_calls=constrain_tool_calls,
             response_schema=response_schema, logprobs=logprobs, top_logprobs=top_logprobs, on_text=on_text,
-            on_token=on_token)
+            on_token=on_token, enable_thinking=enable_thinking)
         options = _lib.RunOptions()
         _c.hetero_run_options_default(ctypes.byref(options))
         options.max_tokens = max_tokens
@@ -483,6 +488,7 @@ class Session:
         options.timeout_ms = 0 if timeout is None else max(1, int(timeout * 1000))
         options.max_tool_rounds = max_tool_rounds
         options.constrain_tool_calls = 1 if constrain_tool_calls else 0
+        options.disable_thinking = 0 if enable_thinking else 1
         raised = []
         if on_text is not None:
             def text_callback(data, length, _user_data):

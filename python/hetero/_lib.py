@@ -75,7 +75,8 @@ class RunOptions(ctypes.Structure):
                 ("presence_penalty", ctypes.c_float), ("penalty_window", ctypes.c_int32),
                 ("stop", ctypes.POINTER(ctypes.c_char_p)), ("stop_count", ctypes.c_size_t),
                 ("response_schema_json", ctypes.c_char_p), ("logprobs", ctypes.c_int32),
-                ("top_logprobs", ctypes.c_int32), ("on_token", TOKEN_CALLBACK), ("on_token_user_data", ctypes.c_void_p)]
+                ("top_logprobs", ctypes.c_int32), ("on_token", TOKEN_CALLBACK), ("on_token_user_data", ctypes.c_void_p),
+                ("disable_thinking", ctypes.c_int32)]
 
 
 class DeviceState(ctypes.Structure):
@@ -131,6 +132,7 @@ def _declare(lib):
         "hetero_session_run": (c_status, [p, ctypes.c_char_p, ctypes.POINTER(RunOptions), pp]),
         "hetero_result_destroy": (None, [p]),
         "hetero_result_text": (ctypes.c_char_p, [p]),
+        "hetero_result_reasoning": (ctypes.c_char_p, [p]),
         "hetero_result_report_json": (ctypes.c_char_p, [p]),
         "hetero_result_generated_tokens": (ctypes.c_int32, [p]),
         "hetero_result_tool_call_count": (ctypes.c_int32, [p]),

@@ -168,6 +168,8 @@ def test_run_argument_checks(engine):
         engine.embed(("a" for _ in range(2)))
     with pytest.raises(TypeError, match="last_token"):
         engine.embed(["a"], last_token="yes")
+    with pytest.raises(TypeError, match="enable_thinking"):
+        session.run("Hi", enable_thinking="no")
     with pytest.raises(TypeError, match="tools"):
         session.run("Hi", tools="add")
     with pytest.raises(TypeError, match="tools\\[0\\]"):
@@ -253,6 +255,7 @@ def test_response_schema(engine):
     assert set(reply) == {"city", "country"} and all(isinstance(v, str) for v in reply.values())
     same = engine.session().run("Where is the Eiffel Tower?", response_schema=json.dumps(schema), max_tokens=48)
     assert same.text == result.text
+    assert result.reasoning == ""  # SmolLM2's template does not keep reasoning apart
     with pytest.raises(TypeError, match="response_schema"):
         engine.session().run("Hi", response_schema=["not", "a", "schema"])
     with pytest.raises(hetero.InvalidArgument, match="'pattern'"):
