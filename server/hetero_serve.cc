@@ -298,6 +298,7 @@ class Server {
       if (!result.ok()) return StatusError(res, endpoint, result.status());
       metrics_.CountGeneration(result->report);
       Json message = {{"role", "assistant"}, {"content", result->text}};
+      if (!result->reasoning.empty()) message["reasoning_content"] = result->reasoning;
       if (!result->tool_calls.empty()) {
         if (result->text.empty()) message["content"] = nullptr;
         message["tool_calls"] = ToolCallsJson(result->tool_calls, /*with_index=*/false);
@@ -326,6 +327,9 @@ class Server {
       if (!chunk({{"role", "assistant"}, {"content", ""}}, nullptr)) return false;
       hetero::RunOptions run = request->run;
       run.on_text = [&](std::string_view piece) { return chunk({{"content", std::string(piece)}}, nullptr); };
+      run.on_reasoning = [&](std::string_view piece) {
+        return chunk({{"reasoning_content", std::string(piece)}}, nullptr);
+      };
       Tracked tracked(*this, session.get());
       absl::StatusOr<hetero::RunResult> result =
           request->resume ? session->Continue(run) : session->Run(request->user_message, run);

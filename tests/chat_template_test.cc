@@ -12,6 +12,7 @@
 #include "hetero/chat.h"
 #include "hetero/model.h"
 #include "nlohmann/json.hpp"
+#include "src/runtime/chat/reasoning_stream.h"
 #include "src/runtime/chat/python_json.h"
 #include "tests/support/default_model.h"
 #include "tests/support/status_matchers.h"
@@ -151,6 +152,40 @@ TEST(ChatTemplateTest, SplitsReasoningFromTheAnswer) {
   EXPECT_EQ(r.reasoning, "");
   EXPECT_EQ(r.answer, "Direct.");
   EXPECT_EQ(SplitReasoning("").answer, "");
+}
+
+// Streamed apart piece by piece, at every split of each reply into two and into single
+// bytes, the reasoning and the answer equal SplitReasoning of the whole reply.
+TEST(ChatTemplateTest, ReasoningStreamsApartAsSplitReasoningSplits) {
+  const std::vector<std::string> replies = {
+      "<think>\nStep one.\n\nStep two.\n</think>\n\nThe answer.",
+      "Plain answer with </think> inside.",
+      "\n<think>unclosed reasoning\n\n",
+      "<think>\n\n</think>\n\nDirect.",
+      "<thinking> is not the marker",
+      "<think>a</think>b</think>c",
+      "<th",
+  };
+  for (const std::string& reply : replies) {
+    const SplitReply want = SplitReasoning(reply);
+    std::vector<std::vector<std::string>> splits;
+    for (size_t cut = 0; cut <= reply.size(); ++cut) splits.push_back({reply.substr(0, cut), reply.substr(cut)});
+    std::vector<std::string> bytes;
+    for (char c : reply) bytes.push_back(std::string(1, c));
+    splits.push_back(bytes);
+    for (const std::vector<std::string>& pieces : splits) {
+      std::string reasoning, answer;
+      internal::ReasoningStream stream([&](std::string_view p) { reasoning.append(p); return true; },
+                                       [&](std::string_view p) { answer.append(p); return true; });
+      for (const std::string& p : pieces) ASSERT_TRUE(stream.Push(p));
+      EXPECT_EQ(reasoning, want.reasoning) << absl::CEscape(reply) << " in " << pieces.size() << " pieces";
+      // An undecided start ("<th" and nothing after) is held back: the reply ended in it.
+      if (reply != "<th") EXPECT_EQ(answer, want.answer) << absl::CEscape(reply) << " in " << pieces.size() << " pieces";
+    }
+  }
+  // A sink that asks to stop stops the stream.
+  internal::ReasoningStream stop([](std::string_view) { return false; }, nullptr);
+  EXPECT_FALSE(stop.Push("<think>x y"));
 }
 
 TEST(ChatTemplateTest, ReasoningTemplatesOtherThanQwen3AreRefused) {

@@ -200,8 +200,11 @@ struct RunOptions {
   int logprobs = -1;
   std::chrono::milliseconds timeout{0};  // deadline for the whole task; 0: none
   double latency_target_seconds = 0;     // for the `cost` policy; 0: none
-  // Text as it is generated (on an engine thread); return false to cancel the task.
+  // Text as it is generated (on an engine thread); return false to cancel the task. With a
+  // reasoning template (Qwen3) only the answer: the <think> text goes to on_reasoning.
   std::function<bool(std::string_view piece)> on_text;
+  // Reasoning templates: the reply's reasoning as it is generated; return false to cancel.
+  std::function<bool(std::string_view piece)> on_reasoning;
   // Each generated token as it is chosen (on an engine thread, before its text reaches
   // on_text), with its log-probability when logprobs >= 0 (else 0); return false to cancel.
   // With tools, the tokens of calls and of the reply's envelope as well: every token the

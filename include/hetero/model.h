@@ -49,7 +49,7 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kNormal;
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scaling_factor = 1.0f;
-  bool has_rope_freq_factors = false;  // rope_freqs.weight present (Llama 3.1 style)
+  bool has_rope_freq_factors = false;  // per-pair RoPE factors: rope_freqs.weight (Llama 3.1), Phi-3's LongRoPE factors
   float rms_norm_eps = 1e-5f;
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   bool attention_bias = false;   // q/k/v projections carry biases

@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hetero/engine.h"
+#include "src/runtime/chat/reasoning_stream.h"
 #include "src/runtime/engine_impl.h"
 #include "src/runtime/stages/stages.h"
 #include "src/runtime/status_macros.h"
@@ -149,11 +150,21 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
     return absl::FailedPreconditionError(
         "Continue: the conversation must end with a user turn or a tool result for the assistant to answer");
   }
+  // Reasoning templates stream each reply apart: <think> text to on_reasoning, the answer to
+  // on_text.
+  const bool split_reasoning = s.engine->chat->supports_reasoning();
+  RunOptions split_options;
+  std::shared_ptr<internal::ReasoningStream> reasoning_stream;
+  if (split_reasoning && (options.on_text || options.on_reasoning)) {
+    split_options = options;
+    reasoning_stream = std::make_shared<internal::ReasoningStream>(options.on_reasoning, options.on_text);
+    split_options.on_text = [reasoning_stream](std::string_view piece) { return reasoning_stream->Push(piece); };
+  }
   TaskContext task;
   task.services = s.engine->services.get();
   task.task_id = s.engine->next_task++;
   task.start = Clock::now();
-  task.options = &options;
+  task.options = reasoning_stream != nullptr ? &split_options : &options;
   if (options.timeout.count() > 0) task.deadline = task.start + options.timeout;
   task.cancelled = &s.cancelled;
   task.messages = &messages;
@@ -201,7 +212,6 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
   std::vector<ToolCall> returned_calls;
   std::string answer;
   std::string reasoning;  // reasoning templates: the final reply's <think> text
-  const bool split_reasoning = s.engine->chat->supports_reasoning();
   std::vector<std::string> earlier_calls;  // name + arguments of every call so far
   if (status.ok() && task.refusal.has_value()) {
     answer = *task.refusal;  // refused before any Generate work
@@ -209,6 +219,7 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
   }
   for (int round = 0; status.ok() && !task.refusal.has_value(); ++round) {
     task.tool_round = round;
+    if (reasoning_stream != nullptr) reasoning_stream->Reset();  // each round's reply opens its own <think>
     // The last round must answer; so must a round after one that only repeated calls (a
     // small model's loop). Only the generic format can be held to that by its grammar.
     if (round == options.max_tool_rounds) task.answer_only = true;

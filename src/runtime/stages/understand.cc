@@ -37,7 +37,10 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   // form earlier runs had.
   const ChatTemplate& chat = services.chat_template();
   const internal::GeneratedTurns& generated = *task.generated;
-  const ChatRenderOptions render{task.options->enable_thinking};
+  // A reply held to a call from its first byte (tool_choice, a router's tool route) cannot
+  // open with <think>: the prompt then says so, as enable_thinking=False does.
+  const bool forced_call = tools != nullptr && task.tool_round == 0 && task.route_grammar != nullptr && !task.answer_only;
+  const ChatRenderOptions render{task.options->enable_thinking && !forced_call};
   if (tools == nullptr) {
     HETERO_ASSIGN_OR_RETURN(prompt, chat.Render(internal::ConversationWithoutTools(*task.messages, chat), {},
                                                 /*add_generation_prompt=*/true, render));

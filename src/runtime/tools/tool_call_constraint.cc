@@ -162,8 +162,9 @@ bool ToolCallConstraint::AllowsToken(const State& s, int32_t token) const {
   if (vocab_->end_of_generation[token]) return AllowsEnd(s);
   if (s.phase == Phase::kFree || s.phase == Phase::kBroken) return true;
   if (vocab_->special[token]) {
-    // Special tokens are never part of a call; in free text they may complete the marker.
-    if (s.phase != Phase::kWaiting) return false;
+    // Special tokens are never part of a call; in free text (or opening a required call)
+    // they may spell the marker.
+    if (s.phase != Phase::kWaiting && s.phase != Phase::kOpening) return false;
   }
   if (s.phase == Phase::kWaiting && format_ == ToolCallFormat::kHermes &&
       vocab_->bytes[token].find('<') == std::string::npos && s.recent.empty()) {
@@ -185,7 +186,7 @@ bool ToolCallConstraint::Allows(int32_t token) {
 }
 
 bool ToolCallConstraint::FitsBudget(const State& after) const {
-  if (after.phase != Phase::kJson && after.phase != Phase::kSuffix) return true;
+  if (after.phase != Phase::kJson && after.phase != Phase::kSuffix && after.phase != Phase::kOpening) return true;
   // After this token, remaining_ - 1 tokens are left for the completion.
   return Completion(after).tokens() + kBudgetMargin <= remaining_ - 1;
 }
@@ -307,12 +308,18 @@ std::string ToolCallConstraint::ShortestCompletionBytes(const State& s) const {
 }
 
 ToolCallConstraint::CompletionPlan ToolCallConstraint::Completion(const State& s) const {
-  if (s.phase != Phase::kJson && s.phase != Phase::kSuffix) return {};
+  if (s.phase != Phase::kJson && s.phase != Phase::kSuffix && s.phase != Phase::kOpening) return {};
   const std::string key = KeyOf(s);
   if (auto it = completions_.find(key); it != completions_.end()) return it->second;
   CompletionPlan plan;
   State closed = s;
-  if (s.phase == Phase::kJson && s.matcher.InStringBody() && Feed(closed, '"')) {
+  if (s.phase == Phase::kOpening) {
+    // A required call not opened yet: the rest of its marker, then the shortest call.
+    const std::string opening =
+        format_ == ToolCallFormat::kLlama3 ? std::string("{") : std::string(kOpenTag.substr(s.suffix_pos));
+    State opened = s;
+    plan.bytes = FeedAll(opened, opening) ? opening + Completion(opened).bytes : "";
+  } else if (s.phase == Phase::kJson && s.matcher.InStringBody() && Feed(closed, '"')) {
     // Inside a string that may end now, the shortest completion ends it at once: '"' and
     // the shortest from there, which strings of every length share (one search, not one
     // per length).
@@ -357,7 +364,8 @@ ToolCallConstraint::CompletionPlan ToolCallConstraint::Completion(const State& s
 void ToolCallConstraint::SetBudget(int remaining_tokens) {
   remaining_ = remaining_tokens;
   closing_ = false;
-  if (remaining_tokens > kBudgetHorizon || (state_.phase != Phase::kJson && state_.phase != Phase::kSuffix)) {
+  if (remaining_tokens > kBudgetHorizon ||
+      (state_.phase != Phase::kJson && state_.phase != Phase::kSuffix && state_.phase != Phase::kOpening)) {
     plan_valid_ = false;
     return;
   }

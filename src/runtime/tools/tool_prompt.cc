@@ -140,11 +140,17 @@ std::vector<ChatMessage> ConversationInToolFormat(const std::vector<ChatMessage>
     const bool as_generated = it != generated.end() && it->second.format == format;
     if (template_writes_calls) {
       // The template writes calls in its own syntax; a turn without calls is its text.
-      if (as_generated && m.tool_calls.empty()) m.content = it->second.text;
+      if (as_generated && m.tool_calls.empty()) {
+        // The reply as generated carries its own <think> block: the renderer splits it as
+        // the template does (a kept reasoning_content would show it twice).
+        m.content = it->second.text;
+        m.reasoning_content.clear();
+      }
       continue;
     }
     if (as_generated) {
       m.content = it->second.text;
+      m.reasoning_content.clear();
     } else if (format != ToolCallFormat::kGeneric) {
       continue;  // no envelope to write: text and calls as they are
     } else if (!m.tool_calls.empty()) {
