@@ -36,8 +36,7 @@ absl::StatusOr<ModelDefinition> DefineGemma3(const GgufFile& file, ModelConfig& 
   for (int i = 0; i < c.n_layers; ++i) {
     LayerDefinition l = StandardLayer(i, c);
     const std::string b = absl::StrCat("blk.", i, ".");
-    l.q_norm = b + "attn_q_norm.weight";
-    l.k_norm = b + "attn_k_norm.weight";
+    AddQkNorms(i, l);
     l.post_attn_norm = b + "post_attention_norm.weight";
     l.post_ffn_norm = b + "post_ffw_norm.weight";
     if (i % kGemma3SlidingWindowPattern != kGemma3SlidingWindowPattern - 1) {

@@ -27,12 +27,7 @@ absl::StatusOr<ModelDefinition> DefineLlama(const GgufFile& file, ModelConfig& c
   d.family = "llama";
   for (int i = 0; i < c.n_layers; ++i) {
     LayerDefinition l = StandardLayer(i, c);
-    if (c.attention_bias) {
-      const std::string p = absl::StrCat("blk.", i, ".");
-      l.q_bias = p + "attn_q.bias";
-      l.k_bias = p + "attn_k.bias";
-      l.v_bias = p + "attn_v.bias";
-    }
+    if (c.attention_bias) AddAttentionBiases(i, l);
     l.sliding_window = window;
     d.layers.push_back(std::move(l));
   }

@@ -87,6 +87,19 @@ LayerDefinition StandardLayer(int i, const ModelConfig& config) {
   return l;
 }
 
+void AddAttentionBiases(int i, LayerDefinition& l) {
+  const std::string p = absl::StrCat("blk.", i, ".");
+  l.q_bias = p + "attn_q.bias";
+  l.k_bias = p + "attn_k.bias";
+  l.v_bias = p + "attn_v.bias";
+}
+
+void AddQkNorms(int i, LayerDefinition& l) {
+  const std::string p = absl::StrCat("blk.", i, ".");
+  l.q_norm = p + "attn_q_norm.weight";
+  l.k_norm = p + "attn_k_norm.weight";
+}
+
 void AddFeature(ModelConfig& config, std::string feature) {
   if (std::find(config.features.begin(), config.features.end(), feature) == config.features.end()) {
     config.features.push_back(std::move(feature));

@@ -97,6 +97,10 @@ GgufTensorInfo SliceTensor(const GgufFile& file, const TensorSlice& slice);
 // The plain llama layer i (blk.i.attn_norm.weight, ... ffn_down.weight), without biases,
 // with the config's RoPE base and linear factor: what most definitions start from.
 LayerDefinition StandardLayer(int i, const ModelConfig& config);
+// Layer i's q/k/v biases (blk.i.attn_{q,k,v}.bias), and its per-head q/k norms
+// (blk.i.attn_{q,k}_norm.weight).
+void AddAttentionBiases(int i, LayerDefinition& layer);
+void AddQkNorms(int i, LayerDefinition& layer);
 
 // Appends a human-readable line to config.features once (what `hetero-inspect` prints).
 void AddFeature(ModelConfig& config, std::string feature);

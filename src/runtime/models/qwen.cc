@@ -14,10 +14,7 @@ absl::StatusOr<ModelDefinition> DefineQwen2(const GgufFile& file, ModelConfig& c
   d.family = "qwen";
   for (int i = 0; i < c.n_layers; ++i) {
     LayerDefinition l = StandardLayer(i, c);
-    const std::string p = absl::StrCat("blk.", i, ".");
-    l.q_bias = p + "attn_q.bias";
-    l.k_bias = p + "attn_k.bias";
-    l.v_bias = p + "attn_v.bias";
+    AddAttentionBiases(i, l);
     d.layers.push_back(std::move(l));
   }
   return d;
@@ -30,9 +27,7 @@ absl::StatusOr<ModelDefinition> DefineQwen3(const GgufFile& file, ModelConfig& c
   d.family = "qwen";
   for (int i = 0; i < c.n_layers; ++i) {
     LayerDefinition l = StandardLayer(i, c);
-    const std::string p = absl::StrCat("blk.", i, ".");
-    l.q_norm = p + "attn_q_norm.weight";
-    l.k_norm = p + "attn_k_norm.weight";
+    AddQkNorms(i, l);
     d.layers.push_back(std::move(l));
   }
   AddFeature(c, "per-head RMS norms on queries and keys");
