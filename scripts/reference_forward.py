@@ -16,8 +16,9 @@ formats (Q2_K..Q6_K, Q5_0, Q5_1, IQ4_NL, IQ4_XS) per matrix as Q4_K_M files do.
     python3 scripts/reference_forward.py OTHER.gguf --default-only OUT_DIR   # another file of it
     python3 scripts/reference_forward.py gemma-3-270m-q4_k_m.gguf --other-model tests/data/gemma3_reference.json
 
-Architectures: llama (with rope_freqs and a sliding window), qwen2, qwen3, gemma3, phi3; what
-each computes is in arch_layout(), written from the published model definitions.
+Architectures: llama (with rope_freqs, a sliding window, and experts as Mixtral), qwen2, qwen3,
+gemma3, phi3, granite, and the mixtures of experts granitemoe, olmoe, qwen2moe, qwen3moe; what
+each computes is in arch_layout() and moe_ffn(), written from the published model definitions.
 """
 import base64
 import json
@@ -113,16 +114,28 @@ class Weights:
 def arch_layout(arch, c, n_layers, key, has_tensor):
     """Returns per-layer dicts and model-level settings for `arch`. key(name, default)
     reads "<arch>.<name>" metadata; has_tensor(name) tells whether the file has it."""
-    c["neox"] = arch in ("qwen2", "qwen3", "gemma3", "phi3")
+    c["neox"] = arch in ("qwen2", "qwen3", "gemma3", "phi3", "qwen2moe", "qwen3moe", "olmoe")
     c["emb_scale"], c["res_scale"], c["logit_scale"] = 1.0, 1.0, 1.0
     c["attn_scale"] = 1.0 / np.sqrt(c["head_dim"])
     c["gelu"] = arch == "gemma3"
     c["rope_attn_factor"] = 1.0
     window = int(key("attention.sliding_window", 0) or 0)
+    # Mixtures of experts (transformers' Mixtral, GraniteMoe, OLMoE, Qwen2-MoE, Qwen3-MoE):
+    # softmax router, top-k; Mixtral and GraniteMoe take the softmax of the top-k logits,
+    # which equals renormalising; Qwen3-MoE's released configs set norm_topk_prob, OLMoE's
+    # and Qwen2-MoE's do not; Qwen2-MoE adds a shared expert behind a sigmoid gate.
+    n_experts = int(key("expert_count", 0) or 0)
+    moe = None
+    if n_experts > 0:
+        moe = dict(count=n_experts, used=int(key("expert_used_count", 0)),
+                   n_ff=int(key("expert_feed_forward_length", c["n_ff"])),
+                   normalize=arch in ("llama", "granitemoe", "qwen3moe"),
+                   shared_n_ff=int(key("expert_shared_feed_forward_length", c["n_ff"])) if arch == "qwen2moe" else 0)
     layers = []
     for i in range(n_layers):
-        L = dict(base=c["base"], window=window if arch in ("llama", "phi3") else 0, qk_norm=arch in ("qwen3", "gemma3"),
-                 post_norms=arch == "gemma3", bias=has_tensor(f"blk.{i}.attn_q.bias"), fused=arch == "phi3")
+        L = dict(base=c["base"], window=window if arch in ("llama", "phi3") else 0,
+                 qk_norm=arch in ("qwen3", "gemma3", "qwen3moe"), whole_qk_norm=arch == "olmoe",
+                 post_norms=arch == "gemma3", bias=has_tensor(f"blk.{i}.attn_q.bias"), fused=arch == "phi3", moe=moe)
         if arch == "gemma3":
             # Gemma 3: layers 5, 11, ... global with the file's base; the others local, base 10000.
             if i % 6 != 5:
@@ -131,7 +144,7 @@ def arch_layout(arch, c, n_layers, key, has_tensor):
     if arch == "gemma3":
         c["emb_scale"] = np.sqrt(c["n_embd"])
         c["attn_scale"] = 1.0 / np.sqrt(c["n_embd"] // c["n_heads"] if n_layers == 62 else c["head_dim"])
-    if arch == "granite":
+    if arch in ("granite", "granitemoe"):
         c["emb_scale"] = float(key("embedding_scale", 1.0))
         c["res_scale"] = float(key("residual_scale", 1.0))
         c["attn_scale"] = float(key("attention.scale", c["attn_scale"]))
@@ -155,15 +168,33 @@ def load_layers(c, layers, get, has_tensor):
             L.gate, L.up = gu[:f], gu[f:]
         else:
             L.q, L.k, L.v = get(p + "attn_q.weight", [e, qd]), get(p + "attn_k.weight", [e, kd]), get(p + "attn_v.weight", [e, kd])
-            L.gate, L.up = get(p + "ffn_gate.weight", [e, f]), get(p + "ffn_up.weight", [e, f])
+            if spec["moe"] is None:
+                L.gate, L.up = get(p + "ffn_gate.weight", [e, f]), get(p + "ffn_up.weight", [e, f])
         L.o = get(p + "attn_output.weight", [qd, e])
-        L.down = get(p + "ffn_down.weight", [f, e])
+        L.moe = None
+        if spec["moe"] is None:
+            L.down = get(p + "ffn_down.weight", [f, e])
+        else:
+            m, n, fe = Weights(), spec["moe"]["count"], spec["moe"]["n_ff"]
+            m.spec = spec["moe"]
+            m.router = get(p + "ffn_gate_inp.weight", [e, n])  # (n, e)
+            m.gate = get(p + "ffn_gate_exps.weight", [e, fe, n])  # (n, fe, e)
+            m.up = get(p + "ffn_up_exps.weight", [e, fe, n])
+            m.down = get(p + "ffn_down_exps.weight", [fe, e, n])  # (n, e, fe)
+            m.shared = None
+            if m.spec["shared_n_ff"]:
+                fs = m.spec["shared_n_ff"]
+                m.shared = (get(p + "ffn_gate_inp_shexp.weight", [e]).reshape(-1), get(p + "ffn_gate_shexp.weight", [e, fs]),
+                            get(p + "ffn_up_shexp.weight", [e, fs]), get(p + "ffn_down_shexp.weight", [fs, e]))
+            L.moe = m
         L.qb = L.kb = L.vb = None
         if spec["bias"]:
             L.qb, L.kb, L.vb = get(p + "attn_q.bias", [qd]), get(p + "attn_k.bias", [kd]), get(p + "attn_v.bias", [kd])
         L.q_norm = L.k_norm = L.post_attn = L.post_ffn = None
         if spec["qk_norm"]:
             L.q_norm, L.k_norm = get(p + "attn_q_norm.weight", [c["head_dim"]]), get(p + "attn_k_norm.weight", [c["head_dim"]])
+        if spec["whole_qk_norm"]:
+            L.q_norm, L.k_norm = get(p + "attn_q_norm.weight", [qd]), get(p + "attn_k_norm.weight", [kd])
         if spec["post_norms"]:
             L.post_attn, L.post_ffn = get(p + "post_attention_norm.weight", [e]), get(p + "post_ffw_norm.weight", [e])
         out.append(L)
@@ -185,6 +216,8 @@ def tiny_model(opts):
     def get(name, shape):
         is_norm = name.endswith("norm.weight")
         is_bias = name.endswith(".bias")
+        if ".ffn_gate_inp" in name:  # routers: F32, scale 0.5 (tests/support/tiny_model.cc)
+            return tiny_tensor(opts, name, shape, False, 0.0, 0.5)
         return tiny_tensor(opts, name, shape, not (is_norm or is_bias), 1.0 if is_norm else 0.0, 0.1 if is_norm else s)
 
     w.embd = get("token_embd.weight", [e, c["n_vocab"]])
@@ -203,12 +236,19 @@ def tiny_metadata(opts):
     if opts.get("sliding_window"):
         meta["attention.sliding_window"] = opts["sliding_window"]
     meta.update(opts.get("float_keys", {}))
+    if opts.get("n_experts"):
+        meta["expert_count"] = opts["n_experts"]
+        meta["expert_used_count"] = opts["n_experts_used"]
+        if opts.get("n_ff_expert"):
+            meta["expert_feed_forward_length"] = opts["n_ff_expert"]
+        if opts.get("n_ff_shared"):
+            meta["expert_shared_feed_forward_length"] = opts["n_ff_shared"]
     return meta
 
 
 def tiny_tensor_names(opts):
     names = set()
-    if opts["architecture"] == "qwen2":
+    if opts["architecture"] in ("qwen2", "qwen2moe"):
         names.update(f"blk.{i}.attn_q.bias" for i in range(opts["n_layers"]))
     return names
 
@@ -257,6 +297,33 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + float(eps)) * w
 
 
+def swiglu_or_geglu(c, g_, u):
+    if c["gelu"]:
+        return 0.5 * g_ * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g_ + 0.044715 * g_ ** 3))) * u
+    return g_ / (1.0 + np.exp(-g_)) * u
+
+
+def moe_ffn(c, m, h):
+    """A mixture of experts on h (T, e): each token's top-k experts by softmax probability,
+    weighted (renormalised over the chosen where the model does), plus the shared expert."""
+    logits = h @ m.router.T
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        chosen = np.argsort(-p[t], kind="stable")[:m.spec["used"]]
+        w = p[t, chosen]
+        if m.spec["normalize"]:
+            w = w / w.sum()
+        for e, we in zip(chosen, w):
+            out[t] += we * (swiglu_or_geglu(c, m.gate[e] @ h[t], m.up[e] @ h[t]) @ m.down[e].T)
+    if m.shared is not None:
+        gate_inp, g, u, d = m.shared
+        share = 1.0 / (1.0 + np.exp(-(h @ gate_inp)))
+        out += share[:, None] * (swiglu_or_geglu(c, h @ g.T, h @ u.T) @ d.T)
+    return out
+
+
 def rope(x, positions, c, base, factors):
     """x: (T, heads, head_dim). Normal: pairs (2i, 2i+1); NeoX: pairs (i, i + d/2).
     `factors` (Llama 3.1's rope_freqs) divide each pair's frequency."""
@@ -299,8 +366,10 @@ class Session:
             q, k, v = h @ L.q.T, h @ L.k.T, h @ L.v.T
             if L.qb is not None:
                 q, k, v = q + L.qb, k + L.kb, v + L.vb
+            if L.spec["whole_qk_norm"]:
+                q, k = rmsnorm(q, L.q_norm, c["eps"]), rmsnorm(k, L.k_norm, c["eps"])
             q, k, v = q.reshape(T_, H, hd), k.reshape(T_, KV, hd), v.reshape(T_, KV, hd)
-            if L.q_norm is not None:
+            if L.q_norm is not None and not L.spec["whole_qk_norm"]:
                 q, k = rmsnorm(q, L.q_norm, c["eps"]), rmsnorm(k, L.k_norm, c["eps"])
             q = rope(q, pos, c, L.spec["base"], w.rope_freqs)
             k = rope(k, pos, c, L.spec["base"], w.rope_freqs)
@@ -326,12 +395,10 @@ class Session:
                 a = rmsnorm(a, L.post_attn, c["eps"])
             x = x + c["res_scale"] * a
             h = rmsnorm(x, L.ffn_norm, c["eps"])
-            g_, u = h @ L.gate.T, h @ L.up.T
-            if c["gelu"]:
-                act = 0.5 * g_ * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g_ + 0.044715 * g_ ** 3)))
+            if L.moe is not None:
+                f_ = moe_ffn(c, L.moe, h)
             else:
-                act = g_ / (1.0 + np.exp(-g_))
-            f_ = (act * u) @ L.down.T
+                f_ = swiglu_or_geglu(c, h @ L.gate.T, h @ L.up.T) @ L.down.T
             if L.post_ffn is not None:
                 f_ = rmsnorm(f_, L.post_ffn, c["eps"])
             x = x + c["res_scale"] * f_
@@ -400,6 +467,21 @@ TINY = [
          n_vocab=75, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
          float_keys={"embedding_scale": 12.0, "attention.scale": 0.0078125, "residual_scale": 0.22,
                      "logit_scale": 8.0}, weight_type="Q8_0", seed=22),
+    # Appended with the mixtures of experts: one per architecture, experts of awkward sizes.
+    dict(name="tiny-granitemoe", architecture="granitemoe", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=40,
+         n_vocab=79, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-6, tied_embeddings=True,
+         n_experts=6, n_experts_used=2,
+         float_keys={"embedding_scale": 12.0, "attention.scale": 0.015625, "residual_scale": 0.22,
+                     "logit_scale": 6.0}, weight_type="F32", seed=23),
+    dict(name="tiny-olmoe", architecture="olmoe", n_layers=2, n_embd=48, n_heads=3, n_kv_heads=3, n_ff=36, n_vocab=71,
+         context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=False,
+         n_experts=8, n_experts_used=3, weight_type="F32", seed=24),
+    dict(name="tiny-qwen2moe", architecture="qwen2moe", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=88,
+         n_vocab=73, context_length=128, rope_freq_base=1000000.0, rms_norm_eps=1e-6, tied_embeddings=False,
+         n_experts=5, n_experts_used=2, n_ff_expert=24, n_ff_shared=56, weight_type="F16", seed=25),
+    dict(name="tiny-qwen3moe", architecture="qwen3moe", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, head_dim=32,
+         n_ff=96, n_vocab=69, context_length=128, rope_freq_base=1000000.0, rms_norm_eps=1e-6, tied_embeddings=True,
+         n_experts=8, n_experts_used=4, n_ff_expert=32, weight_type="Q8_0", seed=26),
 ]
 
 DEFAULT_PROMPTS = [

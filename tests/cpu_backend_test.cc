@@ -71,6 +71,10 @@ testing::TinyModelOptions ToOptions(const nlohmann::json& j) {
   o.head_dim = j.value("head_dim", 0);
   o.sliding_window = j.value("sliding_window", 0);
   o.rope_freq_factors = j.value("rope_freq_factors", false);
+  o.n_experts = j.value("n_experts", 0);
+  o.n_experts_used = j.value("n_experts_used", 0);
+  o.n_ff_expert = j.value("n_ff_expert", 0);
+  o.n_ff_shared = j.value("n_ff_shared", 0);
   if (j.contains("float_keys")) {
     for (const auto& [key, value] : j["float_keys"].items()) o.float_keys[key] = value.get<float>();
   }
@@ -197,7 +201,7 @@ TEST_P(ReferenceTest, TinyModelsMatchTheNumpyReference) {
                           absl::StrCat(c.model, " prompt ", c.prompt.size()));
     ++checked;
   }
-  EXPECT_EQ(checked, 36);
+  EXPECT_EQ(checked, 48);
 }
 
 TEST_P(ReferenceTest, DefaultModelMatchesTheNumpyReference) {

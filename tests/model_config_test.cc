@@ -131,8 +131,8 @@ TEST(ModelConfigTest, UnsupportedArchitecture) {
   b.AddString("general.architecture", "gemma");
   EXPECT_THAT(Model::Load(WriteTempFile(b.Build(), "gemma.gguf")),
               StatusIs(absl::StatusCode::kUnimplemented,
-                       HasSubstr("architecture 'gemma' is not supported (supported: llama, granite, qwen2, qwen3, "
-                                 "gemma3, phi3)")));
+                       HasSubstr("architecture 'gemma' is not supported (supported: llama, granite, granitemoe, "
+                                 "qwen2, qwen3, qwen2moe, qwen3moe, gemma3, phi3, olmoe)")));
   testing::GgufBuilder none;
   EXPECT_THAT(Model::Load(WriteTempFile(none.Build(), "no_arch.gguf")),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("general.architecture")));
@@ -224,11 +224,80 @@ TEST(ModelConfigTest, UnsupportedWeightTypeIsNamed) {
                        HasSubstr("tensor 'blk.0.attn_q.weight' has weight type MXFP4, which hetero does not support")));
 }
 
-TEST(ModelConfigTest, MixtureOfExpertsIsRejected) {
-  testing::GgufBuilder b = TinyModelBuilder(TinyModelOptions{});
-  b.AddUint32("llama.expert_count", 8);
-  EXPECT_THAT(Model::Load(WriteTempFile(b.Build(), "moe.gguf")),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("mixture-of-experts")));
+// Mixtures of experts: the expert keys and 3-D expert tensors are required and checked;
+// what hetero does not run is refused by name.
+TEST(ModelConfigTest, MixtureOfExpertsKeysAndTensors) {
+  TinyModelOptions qwen;
+  qwen.architecture = "qwen2moe";
+  qwen.n_experts = 6;
+  qwen.n_experts_used = 2;
+  qwen.n_ff_expert = 24;
+  qwen.n_ff_shared = 40;
+  auto loaded = LoadTiny(qwen, "qwen2moe.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config().n_experts, 6);
+  EXPECT_EQ((*loaded)->config().n_experts_used, 2);
+  EXPECT_EQ((*loaded)->config().n_ff_expert, 24);
+  EXPECT_TRUE((*loaded)->unused_tensors().empty());
+  EXPECT_THAT((*loaded)->config().features,
+              ::testing::Contains(HasSubstr("2 of 6 experts per token (FFN 24), weights as routed, and a gated "
+                                            "shared expert (FFN 40)")));
+  // The shared expert's gate written as a one-row matrix [n_embd, 1] is the same vector.
+  TinyModelOptions one_row = qwen;
+  one_row.shape_overrides = {{"blk.0.ffn_gate_inp_shexp.weight", {64, 1}}};
+  EXPECT_TRUE(LoadTiny(one_row, "qwen2moe_one_row.gguf").ok());
+  TinyModelOptions bad = qwen;
+  bad.shape_overrides = {{"blk.1.ffn_down_exps.weight", {24, 64, 5}}};
+  EXPECT_THAT(LoadTiny(bad, "qwen2moe_bad_experts.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor 'blk.1.ffn_down_exps.weight' has shape [24, 64, 5], expected [24, 64, 6]")));
+  bad = qwen;
+  bad.omit_tensors = {"blk.0.ffn_gate_inp.weight"};
+  EXPECT_THAT(LoadTiny(bad, "qwen2moe_no_router.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'blk.0.ffn_gate_inp.weight' is missing")));
+  bad = qwen;
+  bad.n_experts_used = 7;
+  EXPECT_THAT(LoadTiny(bad, "qwen2moe_too_many_used.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("expert_used_count is 7, more than the 6 experts of qwen2moe.expert_count")));
+  bad = qwen;
+  bad.omit_keys = {"expert_used_count"};
+  EXPECT_THAT(LoadTiny(bad, "qwen2moe_no_used.gguf"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("qwen2moe.expert_used_count")));
+  testing::GgufBuilder sigmoid = TinyModelBuilder(qwen);
+  sigmoid.AddUint32("qwen2moe.expert_gating_func", 2);
+  EXPECT_THAT(Model::Load(WriteTempFile(sigmoid.Build(), "qwen2moe_sigmoid.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("expert_gating_func 2 is not supported")));
+
+  // A mixture-of-experts architecture without experts, and experts where none are defined.
+  TinyModelOptions olmoe;
+  olmoe.architecture = "olmoe";
+  EXPECT_THAT(LoadTiny(olmoe, "olmoe_dense.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("olmoe needs olmoe.expert_count > 0")));
+  olmoe.n_experts = 4;
+  olmoe.n_experts_used = 2;
+  loaded = LoadTiny(olmoe, "olmoe.gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_THAT((*loaded)->config().features, ::testing::Contains(HasSubstr("all of the queries")));
+  olmoe.shape_overrides = {{"blk.0.attn_q_norm.weight", {16}}};  // a per-head norm: not OLMoE's
+  EXPECT_THAT(LoadTiny(olmoe, "olmoe_head_norm.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor 'blk.0.attn_q_norm.weight' has shape [16], expected [64]")));
+  testing::GgufBuilder phi = TinyModelBuilder([] {
+    TinyModelOptions o;
+    o.architecture = "phi3";
+    return o;
+  }());
+  phi.AddUint32("phi3.expert_count", 16).AddUint32("phi3.expert_used_count", 2);
+  EXPECT_THAT(Model::Load(WriteTempFile(phi.Build(), "phimoe.gguf")),
+              StatusIs(absl::StatusCode::kUnimplemented,
+                       HasSubstr("mixture-of-experts phi3 models (phi3.expert_count = 16) are not supported")));
+  // Mixtral is a llama with experts; its older per-expert tensors (ffn_gate.0.weight, ...)
+  // are not read: the merged tensor is named as missing.
+  testing::GgufBuilder mixtral = TinyModelBuilder(TinyModelOptions{});
+  mixtral.AddUint32("llama.expert_count", 8).AddUint32("llama.expert_used_count", 2);
+  EXPECT_THAT(Model::Load(WriteTempFile(mixtral.Build(), "mixtral_old.gguf")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'blk.0.ffn_gate_inp.weight' is missing")));
 }
 
 TEST(ModelConfigTest, RopeScaling) {

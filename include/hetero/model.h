@@ -54,6 +54,11 @@ struct ModelConfig {
   bool tied_embeddings = false;  // no output.weight: logits use token_embd.weight
   bool attention_bias = false;   // q/k/v projections carry biases
   int sliding_window = 0;        // positions a windowed layer's query sees (0: every layer is global)
+  // Mixture of experts (0 experts: a dense FFN of n_ff): experts per layer, how many each
+  // token runs, and one expert's hidden size.
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int n_ff_expert = 0;
   // What the architecture adds to the plain llama layer, one line each for people
   // (hetero-inspect), e.g. "per-head RMS norms on queries and keys".
   std::vector<std::string> features;

@@ -92,7 +92,11 @@ absl::Status CpuBackend::Init() {
     if (name.empty()) return std::vector<float>{};
     return LoadFloatTensor(file, name);
   };
-  const auto matrix = [&](const TensorSlice& slice) { return MakeLinear(SliceTensor(file, slice)); };
+  const auto matrix = [&](const TensorSlice& slice) -> absl::StatusOr<std::unique_ptr<Linear>> {
+    if (!slice.present()) return nullptr;
+    return MakeLinear(SliceTensor(file, slice));
+  };
+  const CpuExperts::MakeLinearFn expert_matrix = [&](const GgufTensorInfo& t) { return MakeLinear(t); };
   token_embd_ = file.FindTensor(d.token_embd);
   HETERO_ASSIGN_OR_RETURN(output_norm_, LoadFloatTensor(file, d.output_norm));
   const bool tied = d.output == d.token_embd;
@@ -120,6 +124,10 @@ absl::Status CpuBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(l.gate, matrix(ld.gate));
     HETERO_ASSIGN_OR_RETURN(l.up, matrix(ld.up));
     HETERO_ASSIGN_OR_RETURN(l.down, matrix(ld.down));
+    if (ld.experts.present()) {
+      HETERO_ASSIGN_OR_RETURN(l.experts, CpuExperts::Create(file, ld.experts, d.activation, dnnl_, expert_matrix));
+    }
+    l.qk_norm_per_head = ld.qk_norm_per_head;
     l.sliding_window = ld.sliding_window;
     // One rotation table per distinct (base, factor): Gemma 3 has two.
     auto rope = std::find_if(ropes_.begin(), ropes_.end(), [&](const RopeTable& r) {
@@ -143,9 +151,16 @@ absl::Status CpuBackend::Init() {
   // Every kernel path the layers use, most matrices first (a Q4_K_M file mixes formats).
   std::vector<std::pair<std::string, int>> paths;
   for (const Layer& l : layers_) {
-    for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
-      bytes += (*m)->resident_bytes();
-      const std::string path = (*m)->Describe();
+    std::vector<const Linear*> matrices = {l.q.get(), l.k.get(), l.v.get(), l.o.get()};
+    if (l.experts != nullptr) {
+      const std::vector<const Linear*> more = l.experts->matrices();
+      matrices.insert(matrices.end(), more.begin(), more.end());
+    } else {
+      matrices.insert(matrices.end(), {l.gate.get(), l.up.get(), l.down.get()});
+    }
+    for (const Linear* m : matrices) {
+      bytes += m->resident_bytes();
+      const std::string path = m->Describe();
       auto it = std::find_if(paths.begin(), paths.end(), [&](const auto& p) { return p.first == path; });
       if (it == paths.end()) {
         paths.emplace_back(path, 1);
@@ -275,9 +290,14 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     AddBias(w.q.data(), layer.q_bias, T);
     AddBias(w.k.data(), layer.k_bias, T);
     AddBias(w.v.data(), layer.v_bias, T);
-    if (!layer.q_norm.empty()) RmsNorm(w.q.data(), layer.q_norm.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps, w.q.data());
-    if (!layer.k_norm.empty()) {
-      RmsNorm(w.k.data(), layer.k_norm.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps, w.k.data());
+    if (layer.qk_norm_per_head) {
+      if (!layer.q_norm.empty()) RmsNorm(w.q.data(), layer.q_norm.data(), T * c.n_heads, c.head_dim, c.rms_norm_eps, w.q.data());
+      if (!layer.k_norm.empty()) {
+        RmsNorm(w.k.data(), layer.k_norm.data(), T * c.n_kv_heads, c.head_dim, c.rms_norm_eps, w.k.data());
+      }
+    } else {  // one norm over each row's whole q, and its whole k (OLMoE)
+      if (!layer.q_norm.empty()) RmsNorm(w.q.data(), layer.q_norm.data(), T, qd, c.rms_norm_eps, w.q.data());
+      if (!layer.k_norm.empty()) RmsNorm(w.k.data(), layer.k_norm.data(), T, kvd, c.rms_norm_eps, w.k.data());
     }
     layer.rope->Apply(w.q.data(), T, c.n_heads, positions.data());
     layer.rope->Apply(w.k.data(), T, c.n_kv_heads, positions.data());
@@ -311,17 +331,19 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     add_residual(layer.post_attn_norm, T);
     // Feed-forward block.
     RmsNorm(w.x.data(), layer.ffn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
-    {
+    if (layer.experts != nullptr) {
+      HETERO_RETURN_IF_ERROR(layer.experts->Forward(w.h.data(), T, w.tmp.data(), w.scratch));
+    } else {
       const Linear* gate_up[] = {layer.gate.get(), layer.up.get()};
       float* out[] = {w.gate.data(), w.up.data()};
       HETERO_RETURN_IF_ERROR(ForwardSameInput(gate_up, w.h.data(), T, out, w.scratch));
+      if (d.activation == FfnActivation::kGeluTanh) {
+        GeluTanhMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
+      } else {
+        SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
+      }
+      HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
     }
-    if (d.activation == FfnActivation::kGeluTanh) {
-      GeluTanhMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
-    } else {
-      SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
-    }
-    HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
     add_residual(layer.post_ffn_norm, T);
   }
   if (hidden != nullptr) {  // embeddings: every row's final-norm output, no logits

@@ -1,5 +1,5 @@
 // The CPU backend: any model definition (src/runtime/models/) in f32 activations, matrix products through
-// oneDNN and the native quantized kernels (see linear.h), a paged f32 KV cache, a thread
+// oneDNN and the native quantized kernels (see linear.h), mixtures of experts (experts.h), a paged f32 KV cache, a thread
 // pool for our kernels (oneDNN threads itself with OpenMP).
 #ifndef HETERO_CPU_CPU_BACKEND_H_
 #define HETERO_CPU_CPU_BACKEND_H_
@@ -14,6 +14,7 @@
 #include "hetero/model.h"
 #include "src/cpu/attention.h"
 #include "src/cpu/cpu_ops.h"
+#include "src/cpu/experts.h"
 #include "src/cpu/linear.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/backend.h"
@@ -83,6 +84,8 @@ class CpuBackend : public PagedBackend {
     std::vector<float> q_bias, k_bias, v_bias;
     std::vector<float> q_norm, k_norm, post_attn_norm, post_ffn_norm;
     std::unique_ptr<Linear> q, k, v, o, gate, up, down;
+    std::unique_ptr<CpuExperts> experts;  // in place of gate, up and down
+    bool qk_norm_per_head = true;
     const Rope* rope = nullptr;
     int sliding_window = 0;
   };

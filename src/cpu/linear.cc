@@ -1,5 +1,6 @@
 #include "src/cpu/linear.h"
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/dequantize.h"
@@ -180,12 +181,12 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx
 
 absl::Status ForwardSameInput(absl::Span<const Linear* const> linears, const float* x, int m,
                               absl::Span<float* const> ys, LinearScratch& scratch) {
-  QuantMatmulTask tasks[kMaxQuantMatmulTasks];
-  bool fused = !linears.empty() && linears.size() <= kMaxQuantMatmulTasks && linears.size() == ys.size();
+  absl::InlinedVector<QuantMatmulTask, 8> tasks;
+  bool fused = !linears.empty() && linears.size() == ys.size();
   for (size_t i = 0; fused && i < linears.size(); ++i) {
     const QuantizedWeights* w = linears[i]->IntegerPath(m, scratch);
     fused = w != nullptr && linears[i]->k() == linears[0]->k();
-    if (fused) tasks[i] = {w, ys[i], linears[i]->n()};
+    if (fused) tasks.push_back({w, ys[i], linears[i]->n()});
   }
   if (!fused) {
     for (size_t i = 0; i < linears.size(); ++i) HETERO_RETURN_IF_ERROR(linears[i]->Forward(x, m, ys[i], scratch));
@@ -193,7 +194,46 @@ absl::Status ForwardSameInput(absl::Span<const Linear* const> linears, const flo
   }
   const int k = linears[0]->k();
   scratch.activations.Quantize(x, m, k, k);
-  QuantMatmulMany(absl::MakeConstSpan(tasks, linears.size()), scratch.activations);
+  QuantMatmulMany(tasks, scratch.activations);
+  return absl::OkStatus();
+}
+
+absl::Status ForwardEach(absl::Span<const LinearProduct> products, LinearScratch& scratch) {
+  absl::InlinedVector<QuantMatmulTask, 16> tasks;
+  bool fused = true;
+  for (const LinearProduct& p : products) {
+    const QuantizedWeights* w = p.linear->IntegerPath(p.m, scratch);
+    if (w == nullptr) {
+      fused = false;
+      break;
+    }
+    tasks.push_back({w, p.y, p.linear->n()});
+  }
+  if (!fused) {
+    for (const LinearProduct& p : products) HETERO_RETURN_IF_ERROR(p.linear->Forward(p.x, p.m, p.y, scratch));
+    return absl::OkStatus();
+  }
+  // One quantized copy per distinct input (an expert's gate and up share theirs).
+  absl::InlinedVector<size_t, 16> input_of(products.size());
+  size_t inputs = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const LinearProduct& p = products[i];
+    size_t same = 0;
+    while (same < i && !(products[same].x == p.x && products[same].m == p.m && products[same].linear->k() == p.linear->k())) {
+      ++same;
+    }
+    if (same < i) {
+      input_of[i] = input_of[same];
+      continue;
+    }
+    if (scratch.inputs.size() <= inputs) scratch.inputs.resize(inputs + 1);
+    scratch.inputs[inputs].Quantize(p.x, p.m, p.linear->k(), p.linear->k());
+    input_of[i] = inputs++;
+  }
+  for (size_t i = 0; i < products.size(); ++i) tasks[i].activations = &scratch.inputs[input_of[i]];
+  bool uneven = false;
+  for (const LinearProduct& p : products) uneven = uneven || p.m != products.front().m;
+  QuantMatmulMany(tasks, scratch.activations, /*dynamic=*/uneven);
   return absl::OkStatus();
 }
 

@@ -32,6 +32,7 @@ struct LinearScratch {
   std::vector<uint16_t> src_bf16;
   std::vector<uint16_t> weights_bf16;
   QuantizedActivations activations;
+  std::vector<QuantizedActivations> inputs;  // ForwardEach's, one per distinct input
 };
 
 class Linear {
@@ -61,6 +62,20 @@ class Linear {
 // and gate/up); otherwise one Forward each. Results equal separate Forward calls exactly.
 absl::Status ForwardSameInput(absl::Span<const Linear* const> linears, const float* x, int m,
                               absl::Span<float* const> ys, LinearScratch& scratch);
+
+// One product of ForwardEach: y (m x n) = x (m x k) linear^T.
+struct LinearProduct {
+  const Linear* linear;
+  const float* x;
+  int m;
+  float* y;
+};
+
+// Each product with its own input: where all take the integer kernels, each distinct input
+// is quantized once and every product runs in one parallel step (a mixture of experts'
+// chosen experts, each with its tokens); otherwise one Forward each. Results equal separate
+// Forward calls exactly.
+absl::Status ForwardEach(absl::Span<const LinearProduct> products, LinearScratch& scratch);
 
 struct LinearContext {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/container/inlined_vector.h"
 #include "src/cpu/cpu_features.h"
 #include "src/cpu/quant_blocks.h"
 #include "src/cpu/thread_pool.h"
@@ -428,18 +429,18 @@ void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float
   ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic, [&](int i) { RunWorkItem(w, a, i, y, ldy); });
 }
 
-void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a) {
+void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a, bool dynamic) {
+  absl::InlinedVector<int, 33> starts(tasks.size() + 1);
   int total = 0;
-  int starts[kMaxQuantMatmulTasks + 1];
   for (size_t t = 0; t < tasks.size(); ++t) {
     starts[t] = total;
     total += WorkItems(*tasks[t].weights);
   }
   starts[tasks.size()] = total;
-  ParallelFor(total, ThreadPool::Schedule::kStatic, [&](int i) {
-    size_t t = 0;
-    while (i >= starts[t + 1]) ++t;
-    RunWorkItem(*tasks[t].weights, a, i - starts[t], tasks[t].y, tasks[t].ldy);
+  ParallelFor(total, dynamic ? ThreadPool::Schedule::kDynamic : ThreadPool::Schedule::kStatic, [&](int i) {
+    const size_t t = std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1;
+    const QuantMatmulTask& task = tasks[t];
+    RunWorkItem(*task.weights, task.activations != nullptr ? *task.activations : a, i - starts[t], task.y, task.ldy);
   });
 }
 

@@ -81,16 +81,18 @@ struct QuantizedWeights {
 // split over the current thread pool (thread_pool.h).
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy);
 
-// Several products of the same activations (a layer's q, k and v; gate and up) as one
-// parallel step: one hand-off to the threads instead of one per matrix. Each output is
-// computed exactly as QuantMatmul computes it.
+// Several products as one parallel step: one hand-off to the threads instead of one per
+// matrix. Each task multiplies `activations` where it names its own (a mixture of experts'
+// chosen experts, each with its tokens), else the shared `a` (a layer's q, k and v; gate
+// and up). Each output is computed exactly as QuantMatmul computes it. `dynamic`: tasks of
+// unequal rows, balanced as the threads go.
 struct QuantMatmulTask {
   const QuantizedWeights* weights;
   float* y;
   int ldy;
+  const QuantizedActivations* activations = nullptr;
 };
-inline constexpr size_t kMaxQuantMatmulTasks = 8;
-void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a);  // at most 8 tasks
+void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a, bool dynamic = false);
 
 // Rows [row_begin, row_end) of `w` as bf16 (round to nearest even), row-major n x k: the
 // transient copy the bf16 GEMM path multiplies. AVX-512 BF16 where available.

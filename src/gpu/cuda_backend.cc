@@ -98,6 +98,7 @@ absl::Status CheckModuleRuns(const ModelConfig& c, const ModelDefinition& d) {
     need(l.q_norm.empty() && l.k_norm.empty(), "q/k norms");
     need(l.post_attn_norm.empty() && l.post_ffn_norm.empty(), "post-block norms");
     need(l.sliding_window == 0, "sliding-window attention");
+    need(!l.experts.present(), "mixture-of-experts feed-forward");
     need(l.rope_freq_base == d.layers.front().rope_freq_base &&
              l.rope_linear_factor == d.layers.front().rope_linear_factor,
          "per-layer RoPE bases");

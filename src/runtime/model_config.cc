@@ -29,7 +29,9 @@ absl::StatusOr<std::vector<std::string>> ValidateModelTensors(const GgufFile& fi
                                             " with ", config.n_layers, " layers needs it)"));
     }
     used.insert(t->name);
-    if (t->dims != e.shape) {
+    std::vector<int64_t> dims = t->dims;
+    if (e.may_be_one_row && dims.size() == 2 && dims[1] == 1) dims.pop_back();
+    if (dims != e.shape) {
       return ConfigError(file, absl::StrCat("tensor '", e.name, "' has shape ", shape_string(t->dims),
                                             ", expected ", shape_string(e.shape)));
     }

@@ -147,6 +147,12 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
   }
   if (o.sliding_window > 0) add_u32("attention.sliding_window", o.sliding_window);
   for (const auto& [key, value] : o.float_keys) add_f32(key, value);
+  if (o.n_experts > 0) {
+    add_u32("expert_count", o.n_experts);
+    add_u32("expert_used_count", o.n_experts_used);
+    if (o.n_ff_expert > 0) add_u32("expert_feed_forward_length", o.n_ff_expert);
+    if (o.n_ff_shared > 0) add_u32("expert_shared_feed_forward_length", o.n_ff_shared);
+  }
 
   const int64_t embd = o.n_embd;
   const int64_t q_dim = o.n_heads * head_dim;
@@ -158,7 +164,10 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
   if (!o.tied_embeddings) t.Add("output.weight", {embd, o.n_vocab}, true, 0.0f, w);
   if (o.rope_freq_factors) t.Add("rope_freqs.weight", {head_dim / 2}, false, 4.5f, 3.5f);
   const bool fused = o.architecture == "phi3";
-  const bool qk_norms = o.architecture == "qwen3" || o.architecture == "gemma3";
+  const bool qk_norms = o.architecture == "qwen3" || o.architecture == "gemma3" || o.architecture == "qwen3moe";
+  const bool whole_qk_norms = o.architecture == "olmoe";
+  const bool biases = o.architecture == "qwen2" || o.architecture == "qwen2moe";
+  const int64_t expert_ff = o.n_ff_expert > 0 ? o.n_ff_expert : o.n_ff;
   for (int i = 0; i < o.n_layers; ++i) {
     const std::string l = absl::StrCat("blk.", i, ".");
     t.Add(l + "attn_norm.weight", {embd}, false, 1.0f, 0.1f);
@@ -169,7 +178,7 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
       t.Add(l + "attn_k.weight", {embd, kv_dim}, true, 0.0f, w);
       t.Add(l + "attn_v.weight", {embd, kv_dim}, true, 0.0f, w);
     }
-    if (o.architecture == "qwen2") {
+    if (biases) {
       t.Add(l + "attn_q.bias", {q_dim}, false, 0.0f, w);
       t.Add(l + "attn_k.bias", {kv_dim}, false, 0.0f, w);
       t.Add(l + "attn_v.bias", {kv_dim}, false, 0.0f, w);
@@ -178,16 +187,32 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
       t.Add(l + "attn_q_norm.weight", {head_dim}, false, 1.0f, 0.1f);
       t.Add(l + "attn_k_norm.weight", {head_dim}, false, 1.0f, 0.1f);
     }
+    if (whole_qk_norms) {
+      t.Add(l + "attn_q_norm.weight", {q_dim}, false, 1.0f, 0.1f);
+      t.Add(l + "attn_k_norm.weight", {kv_dim}, false, 1.0f, 0.1f);
+    }
     t.Add(l + "attn_output.weight", {q_dim, embd}, true, 0.0f, w);
     if (o.architecture == "gemma3") t.Add(l + "post_attention_norm.weight", {embd}, false, 1.0f, 0.1f);
     t.Add(l + "ffn_norm.weight", {embd}, false, 1.0f, 0.1f);
-    if (fused) {
+    if (o.n_experts > 0) {
+      t.Add(l + "ffn_gate_inp.weight", {embd, o.n_experts}, false, 0.0f, 0.5f);
+      t.Add(l + "ffn_gate_exps.weight", {embd, expert_ff, o.n_experts}, true, 0.0f, w);
+      t.Add(l + "ffn_up_exps.weight", {embd, expert_ff, o.n_experts}, true, 0.0f, w);
+      t.Add(l + "ffn_down_exps.weight", {expert_ff, embd, o.n_experts}, true, 0.0f, w);
+      if (o.architecture == "qwen2moe") {
+        const int64_t shared_ff = o.n_ff_shared > 0 ? o.n_ff_shared : o.n_ff;
+        t.Add(l + "ffn_gate_inp_shexp.weight", {embd}, false, 0.0f, 0.5f);
+        t.Add(l + "ffn_gate_shexp.weight", {embd, shared_ff}, true, 0.0f, w);
+        t.Add(l + "ffn_up_shexp.weight", {embd, shared_ff}, true, 0.0f, w);
+        t.Add(l + "ffn_down_shexp.weight", {shared_ff, embd}, true, 0.0f, w);
+      }
+    } else if (fused) {
       t.Add(l + "ffn_up.weight", {embd, 2 * int64_t{o.n_ff}}, true, 0.0f, w);
     } else {
       t.Add(l + "ffn_gate.weight", {embd, o.n_ff}, true, 0.0f, w);
       t.Add(l + "ffn_up.weight", {embd, o.n_ff}, true, 0.0f, w);
     }
-    t.Add(l + "ffn_down.weight", {o.n_ff, embd}, true, 0.0f, w);
+    if (o.n_experts == 0) t.Add(l + "ffn_down.weight", {o.n_ff, embd}, true, 0.0f, w);
     if (o.architecture == "gemma3") t.Add(l + "post_ffw_norm.weight", {embd}, false, 1.0f, 0.1f);
   }
   return b;

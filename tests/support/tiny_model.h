@@ -17,7 +17,10 @@ namespace hetero::testing {
 struct TinyModelOptions {
   // "llama", "qwen2" (adds q/k/v biases), "qwen3" (q/k norms), "gemma3" (q/k norms and
   // post-block norms; needs sliding_window), "phi3" (fused q|k|v and gate|up), or any
-  // other llama-shaped architecture name (e.g. "granite", with float_keys).
+  // other llama-shaped architecture name (e.g. "granite", with float_keys). With
+  // n_experts > 0, layers have experts in place of the dense FFN: "llama" (Mixtral),
+  // "granitemoe", "olmoe" (q/k norms over the whole vectors), "qwen2moe" (biases and a
+  // shared expert), "qwen3moe" (per-head q/k norms).
   std::string architecture = "llama";
   int n_layers = 2;
   int n_embd = 64;
@@ -33,7 +36,12 @@ struct TinyModelOptions {
   bool rope_freq_factors = false;  // writes rope_freqs.weight (Llama 3.1 style), values in [1, 8)
   std::map<std::string, float> float_keys;  // more "<arch>.<key>" metadata (granite's scales)
   bool tied_embeddings = true;
-  // Matrices: F32, F16, or random blocks of a quantized type (Q4_0, Q4_1, Q8_0, Q5_0,
+  int n_experts = 0;
+  int n_experts_used = 0;
+  int n_ff_expert = 0;  // > 0: written as expert_feed_forward_length (else experts are n_ff wide)
+  int n_ff_shared = 0;  // qwen2moe's shared expert, written as expert_shared_feed_forward_length
+  // Matrices (expert tensors included; routers stay F32, with values of scale 0.5 so
+  // that experts are chosen by clear margins): F32, F16, or random blocks of a quantized type (Q4_0, Q4_1, Q8_0, Q5_0,
   // Q5_1, Q2_K..Q6_K, IQ4_NL, IQ4_XS); norms and biases stay F32.
   TensorType weight_type = TensorType::kF32;
   // Per matrix, by name without the "blk.N." prefix (e.g. "ffn_down.weight"): a type other

@@ -10,7 +10,7 @@ namespace hetero {
 namespace {
 
 std::vector<absl::Span<const Architecture>> Families() {
-  return {LlamaFamily(), QwenFamily(), GemmaFamily(), PhiFamily()};
+  return {LlamaFamily(), QwenFamily(), GemmaFamily(), PhiFamily(), OlmoFamily()};
 }
 
 const Architecture* FindArchitecture(absl::string_view name) {
@@ -23,6 +23,8 @@ const Architecture* FindArchitecture(absl::string_view name) {
 }
 
 }  // namespace
+
+std::string MoeArchitectures() { return "llama (Mixtral), granitemoe, olmoe, qwen2moe, qwen3moe"; }
 
 std::string SupportedArchitectures() {
   std::string out;
@@ -52,8 +54,16 @@ absl::StatusOr<ModelArchitecture> ReadModelArchitecture(const GgufFile& file) {
   if (d.output.empty()) d.output = c.tied_embeddings ? d.token_embd : "output.weight";
   if (d.rope_freqs.empty() && c.has_rope_freq_factors) d.rope_freqs = "rope_freqs.weight";
   if (d.attention_scale == 0) d.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  bool experts = false;
   for (const LayerDefinition& l : d.layers) {
     if (l.sliding_window > 0) c.sliding_window = l.sliding_window;
+    experts = experts || l.experts.present();
+  }
+  if (c.n_experts > 0 && !experts) {
+    return ConfigUnimplemented(file, absl::StrCat("mixture-of-experts ", c.architecture, " models (",
+                                                  c.architecture, ".expert_count = ", c.n_experts,
+                                                  ") are not supported (mixture-of-experts architectures: ",
+                                                  MoeArchitectures(), ")"));
   }
   return result;
 }

@@ -1,5 +1,5 @@
 // The architectures hetero runs, each declared in its family's file (llama.cc, qwen.cc,
-// gemma.cc, phi.cc), and the one entry point that reads a GGUF file's configuration and
+// gemma.cc, phi.cc, olmo.cc), and the one entry point that reads a GGUF file's configuration and
 // model definition.
 #ifndef HETERO_RUNTIME_MODELS_ARCHITECTURES_H_
 #define HETERO_RUNTIME_MODELS_ARCHITECTURES_H_
@@ -27,9 +27,12 @@ absl::Span<const Architecture> LlamaFamily();
 absl::Span<const Architecture> QwenFamily();
 absl::Span<const Architecture> GemmaFamily();
 absl::Span<const Architecture> PhiFamily();
+absl::Span<const Architecture> OlmoFamily();
 
 // "llama, qwen2, ..." in family order.
 std::string SupportedArchitectures();
+// Those of them that read mixture-of-experts files.
+std::string MoeArchitectures();
 
 struct ModelArchitecture {
   ModelConfig config;

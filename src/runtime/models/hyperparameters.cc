@@ -87,19 +87,51 @@ absl::StatusOr<float> GetPositiveFloatOr(const GgufFile& file, const std::string
 }
 
 
+namespace {
+
+// expert_count (0 or absent: dense), expert_used_count, expert_feed_forward_length (else
+// feed_forward_length); gating other than softmax and weight scales are refused by name.
+absl::Status ReadExpertHyperparameters(const GgufFile& file, ModelConfig& c) {
+  const std::string p = c.architecture + ".";
+  if (file.FindValue(p + "expert_count") == nullptr) return absl::OkStatus();
+  HETERO_ASSIGN_OR_RETURN(const uint64_t experts, file.GetUint64(p + "expert_count"));
+  if (experts == 0) return absl::OkStatus();
+  HETERO_ASSIGN_OR_RETURN(c.n_experts, GetDimension(file, p + "expert_count"));
+  HETERO_ASSIGN_OR_RETURN(c.n_experts_used, GetDimension(file, p + "expert_used_count"));
+  if (c.n_experts_used > c.n_experts) {
+    return ConfigError(file, absl::StrCat(p, "expert_used_count is ", c.n_experts_used, ", more than the ",
+                                          c.n_experts, " experts of ", p, "expert_count"));
+  }
+  HETERO_ASSIGN_OR_RETURN(c.n_ff_expert, GetDimensionOr(file, p + "expert_feed_forward_length", c.n_ff));
+  if (const GgufValue* gating = file.FindValue(p + "expert_gating_func"); gating != nullptr) {
+    // llama.cpp's numbering: 1 softmax, 2 sigmoid.
+    HETERO_ASSIGN_OR_RETURN(const uint64_t kind, gating->ToUint64());
+    if (kind != 1) {
+      return ConfigUnimplemented(file, absl::StrCat(p, "expert_gating_func ", kind,
+                                                    " is not supported (supported: 1, softmax)"));
+    }
+  }
+  if (file.FindValue(p + "expert_weights_scale") != nullptr) {
+    HETERO_ASSIGN_OR_RETURN(const double scale, file.GetDouble(p + "expert_weights_scale"));
+    if (scale != 1.0) {
+      return ConfigUnimplemented(file, absl::StrCat(p, "expert_weights_scale ", scale, " is not supported"));
+    }
+  }
+  for (const char* key : {"expert_shared_count", "expert_group_count", "expert_group_used_count"}) {
+    if (file.FindValue(p + key) != nullptr) {
+      return ConfigUnimplemented(file, absl::StrCat("metadata key '", p, key, "' is not supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ReadCommonHyperparameters(const GgufFile& file, ModelConfig& c) {
   if (const GgufValue* name = file.FindValue("general.name"); name != nullptr && name->ToString().ok()) {
     c.name = std::string(*name->ToString());
   }
   const std::string p = c.architecture + ".";
-
-  if (file.FindValue(p + "expert_count") != nullptr) {
-    HETERO_ASSIGN_OR_RETURN(uint64_t experts, file.GetUint64(p + "expert_count"));
-    if (experts > 0) {
-      return ConfigUnimplemented(file, absl::StrCat("mixture-of-experts models (", p, "expert_count = ", experts,
-                                                    ") are not supported"));
-    }
-  }
 
   HETERO_ASSIGN_OR_RETURN(c.n_layers, GetDimension(file, p + "block_count"));
   // Each layer has at least 6 tensors (phi3's fused ones); checking now keeps a hostile
@@ -122,6 +154,7 @@ absl::Status ReadCommonHyperparameters(const GgufFile& file, ModelConfig& c) {
   }
   HETERO_ASSIGN_OR_RETURN(c.n_ff, GetUniformDimension(file, p + "feed_forward_length"));
   HETERO_ASSIGN_OR_RETURN(c.context_length, GetDimension(file, p + "context_length"));
+  HETERO_RETURN_IF_ERROR(ReadExpertHyperparameters(file, c));
 
   if (file.FindValue(p + "attention.key_length") == nullptr && c.n_embd % c.n_heads != 0) {
     return ConfigError(file, absl::StrCat("hidden size ", c.n_embd, " is not a multiple of ",

@@ -1,6 +1,7 @@
 // The llama family: Llama 1-3.x (Llama 3.1's RoPE frequency scaling comes as
-// rope_freqs.weight), Mistral (a sliding window where the file sets one), SmolLM, and
-// Granite 3 (llama layers with embedding, attention, residual and logit multipliers).
+// rope_freqs.weight), Mistral (a sliding window where the file sets one), Mixtral (llama
+// layers with experts), SmolLM, and Granite 3, dense and MoE (llama layers with embedding,
+// attention, residual and logit multipliers).
 #include "absl/strings/str_cat.h"
 #include "src/runtime/models/architectures.h"
 #include "src/runtime/models/hyperparameters.h"
@@ -29,8 +30,11 @@ absl::StatusOr<ModelDefinition> DefineLlama(const GgufFile& file, ModelConfig& c
     LayerDefinition l = StandardLayer(i, c);
     if (c.attention_bias) AddAttentionBiases(i, l);
     l.sliding_window = window;
+    // Mixtral and Granite MoE renormalise the chosen experts' weights (top-k, then softmax).
+    if (c.n_experts > 0) UseExperts(i, c, /*normalize_weights=*/true, l);
     d.layers.push_back(std::move(l));
   }
+  if (c.n_experts > 0) AddFeature(c, DescribeExperts(d.layers.front().experts));
   if (window > 0) AddFeature(c, absl::StrCat("sliding-window attention (", window, " positions) on every layer"));
   return d;
 }
@@ -52,9 +56,15 @@ absl::StatusOr<ModelDefinition> DefineGranite(const GgufFile& file, ModelConfig&
   return d;
 }
 
+absl::StatusOr<ModelDefinition> DefineGraniteMoe(const GgufFile& file, ModelConfig& c) {
+  if (c.n_experts == 0) return ConfigError(file, "granitemoe needs granitemoe.expert_count > 0");
+  return DefineGranite(file, c);
+}
+
 constexpr Architecture kLlamaFamily[] = {
     {"llama", DefineLlama},
     {"granite", DefineGranite},
+    {"granitemoe", DefineGraniteMoe},
 };
 
 }  // namespace

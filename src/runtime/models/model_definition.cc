@@ -43,14 +43,26 @@ std::vector<ExpectedTensor> ExpectedTensors(const ModelConfig& c, const ModelDef
     vector(l.q_bias, q_dim);
     vector(l.k_bias, k_dim);
     vector(l.v_bias, v_dim);
-    vector(l.q_norm, c.head_dim);
-    vector(l.k_norm, c.head_dim);
+    vector(l.q_norm, l.qk_norm_per_head ? c.head_dim : q_dim);
+    vector(l.k_norm, l.qk_norm_per_head ? c.head_dim : k_dim);
     matrix(l.o, o_dim, embd);
     vector(l.post_attn_norm, embd);
     vector(l.ffn_norm, embd);
     matrix(l.gate, embd, c.n_ff);
     matrix(l.up, embd, c.n_ff);
     matrix(l.down, c.n_ff, embd);
+    if (const ExpertsDefinition& x = l.experts; x.present()) {
+      out.push_back({x.router, {embd, x.count}, true});
+      out.push_back({x.gate, {embd, x.n_ff, x.count}, true});
+      out.push_back({x.up, {embd, x.n_ff, x.count}, true});
+      out.push_back({x.down, {x.n_ff, embd, x.count}, true});
+      if (x.has_shared()) {
+        out.push_back({x.shared_gate_input, {embd}, true, /*may_be_one_row=*/true});
+        matrix({x.shared_gate}, embd, x.shared_n_ff);
+        matrix({x.shared_up}, embd, x.shared_n_ff);
+        matrix({x.shared_down}, x.shared_n_ff, embd);
+      }
+    }
     vector(l.post_ffn_norm, embd);
   }
   return out;
@@ -67,6 +79,19 @@ GgufTensorInfo SliceTensor(const GgufFile& file, const TensorSlice& slice) {
   info.offset += row_bytes * slice.row_begin;
   info.file_offset += row_bytes * slice.row_begin;
   info.data = info.data.subspan(row_bytes * slice.row_begin, info.n_bytes);
+  return info;
+}
+
+GgufTensorInfo ExpertMatrix(const GgufFile& file, const std::string& tensor, int expert) {
+  GgufTensorInfo info = *file.FindTensor(tensor);
+  const TensorTypeTraits& t = GetTensorTypeTraits(info.type);
+  const uint64_t bytes = static_cast<uint64_t>(info.dims[0]) / t.block_size * t.type_size * info.dims[1];
+  info.dims.resize(2);
+  info.n_elements = static_cast<uint64_t>(info.dims[0]) * info.dims[1];
+  info.n_bytes = bytes;
+  info.offset += bytes * expert;
+  info.file_offset += bytes * expert;
+  info.data = info.data.subspan(bytes * expert, bytes);
   return info;
 }
 
@@ -98,6 +123,37 @@ void AddQkNorms(int i, LayerDefinition& l) {
   const std::string p = absl::StrCat("blk.", i, ".");
   l.q_norm = p + "attn_q_norm.weight";
   l.k_norm = p + "attn_k_norm.weight";
+}
+
+void UseExperts(int i, const ModelConfig& c, bool normalize_weights, LayerDefinition& l) {
+  const std::string p = absl::StrCat("blk.", i, ".");
+  l.gate = l.up = l.down = {};
+  ExpertsDefinition& x = l.experts;
+  x.router = p + "ffn_gate_inp.weight";
+  x.gate = p + "ffn_gate_exps.weight";
+  x.up = p + "ffn_up_exps.weight";
+  x.down = p + "ffn_down_exps.weight";
+  x.count = c.n_experts;
+  x.used = c.n_experts_used;
+  x.n_ff = c.n_ff_expert;
+  x.normalize_weights = normalize_weights;
+}
+
+void AddSharedExpert(int i, int shared_n_ff, LayerDefinition& l) {
+  const std::string p = absl::StrCat("blk.", i, ".");
+  ExpertsDefinition& x = l.experts;
+  x.shared_gate_input = p + "ffn_gate_inp_shexp.weight";
+  x.shared_gate = p + "ffn_gate_shexp.weight";
+  x.shared_up = p + "ffn_up_shexp.weight";
+  x.shared_down = p + "ffn_down_shexp.weight";
+  x.shared_n_ff = shared_n_ff;
+}
+
+std::string DescribeExperts(const ExpertsDefinition& x) {
+  std::string out = absl::StrCat("mixture of experts: ", x.used, " of ", x.count, " experts per token (FFN ", x.n_ff,
+                                 "), weights ", x.normalize_weights ? "renormalised over the chosen" : "as routed");
+  if (x.has_shared()) absl::StrAppend(&out, ", and a gated shared expert (FFN ", x.shared_n_ff, ")");
+  return out;
 }
 
 void AddFeature(ModelConfig& config, std::string feature) {

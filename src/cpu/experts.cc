@@ -1,0 +1,169 @@
+#include "src/cpu/experts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "src/cpu/cpu_ops.h"
+#include "src/runtime/dequantize.h"
+#include "src/runtime/status_macros.h"
+
+namespace hetero {
+namespace {
+
+void Activate(FfnActivation activation, float* gate, const float* up, size_t count) {
+  if (activation == FfnActivation::kGeluTanh) {
+    GeluTanhMul(gate, up, count);
+  } else {
+    SiluMul(gate, up, count);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& file, const ExpertsDefinition& d,
+                                                               FfnActivation activation, const LinearContext& dnnl,
+                                                               const MakeLinearFn& make_linear) {
+  auto block = std::unique_ptr<CpuExperts>(new CpuExperts());
+  block->def_ = d;
+  block->activation_ = activation;
+  const GgufTensorInfo& router = *file.FindTensor(d.router);
+  block->n_embd_ = static_cast<int>(router.dims[0]);
+  HETERO_ASSIGN_OR_RETURN(block->router_, MakeOneDnnLinear(dnnl, router, MatmulPrecision::kF32));
+  block->experts_.resize(d.count);
+  for (int e = 0; e < d.count; ++e) {
+    Expert& x = block->experts_[e];
+    HETERO_ASSIGN_OR_RETURN(x.gate, make_linear(ExpertMatrix(file, d.gate, e)));
+    HETERO_ASSIGN_OR_RETURN(x.up, make_linear(ExpertMatrix(file, d.up, e)));
+    HETERO_ASSIGN_OR_RETURN(x.down, make_linear(ExpertMatrix(file, d.down, e)));
+  }
+  if (d.has_shared()) {
+    HETERO_ASSIGN_OR_RETURN(block->shared_gate_input_, LoadFloatTensor(file, d.shared_gate_input));
+    HETERO_ASSIGN_OR_RETURN(block->shared_.gate, make_linear(*file.FindTensor(d.shared_gate)));
+    HETERO_ASSIGN_OR_RETURN(block->shared_.up, make_linear(*file.FindTensor(d.shared_up)));
+    HETERO_ASSIGN_OR_RETURN(block->shared_.down, make_linear(*file.FindTensor(d.shared_down)));
+  }
+  block->usage_.assign(d.count, 0);
+  block->rows_of_.resize(d.count);
+  return block;
+}
+
+std::vector<const Linear*> CpuExperts::matrices() const {
+  std::vector<const Linear*> out = {router_.get()};
+  for (const Expert* x = experts_.data(); x != experts_.data() + experts_.size(); ++x) {
+    out.insert(out.end(), {x->gate.get(), x->up.get(), x->down.get()});
+  }
+  if (shared_.gate != nullptr) out.insert(out.end(), {shared_.gate.get(), shared_.up.get(), shared_.down.get()});
+  return out;
+}
+
+absl::Status CpuExperts::Route(const float* h, int rows, LinearScratch& scratch) {
+  const int n = def_.count, k = def_.used;
+  logits_.resize(static_cast<size_t>(rows) * n);
+  HETERO_RETURN_IF_ERROR(router_->Forward(h, rows, logits_.data(), scratch));
+  choices_.resize(static_cast<size_t>(rows) * k);
+  weights_.resize(static_cast<size_t>(rows) * k);
+  slots_.resize(static_cast<size_t>(rows) * k);
+  probs_.resize(n);
+  for (std::vector<int>& r : rows_of_) r.clear();
+  std::vector<int>& order = order_;
+  order.resize(n);
+  for (int r = 0; r < rows; ++r) {
+    const float* logit = logits_.data() + static_cast<size_t>(r) * n;
+    const float top = *std::max_element(logit, logit + n);
+    double sum = 0;
+    for (int e = 0; e < n; ++e) sum += probs_[e] = std::exp(logit[e] - top);
+    for (int e = 0; e < n; ++e) probs_[e] = static_cast<float>(probs_[e] / sum);
+    // The k most probable; equal probabilities go to the lower expert id.
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b); });
+    std::sort(order.begin(), order.begin() + k);
+    double chosen = 0;
+    for (int i = 0; i < k; ++i) chosen += probs_[order[i]];
+    for (int i = 0; i < k; ++i) {
+      const int e = order[i];
+      choices_[static_cast<size_t>(r) * k + i] = e;
+      weights_[static_cast<size_t>(r) * k + i] =
+          def_.normalize_weights ? static_cast<float>(probs_[e] / chosen) : probs_[e];
+      rows_of_[e].push_back(r);
+      ++usage_[e];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExperts::Forward(const float* h, int rows, float* out, LinearScratch& scratch) {
+  const int E = n_embd_, F = def_.n_ff, k = def_.used;
+  HETERO_RETURN_IF_ERROR(Route(h, rows, scratch));
+  // Stack each chosen expert's rows (in expert order) and give every choice its slot there.
+  const size_t total = static_cast<size_t>(rows) * k;
+  gathered_.resize(total * E);
+  gate_.resize(total * F);
+  up_.resize(total * F);
+  down_.resize(total * E);
+  std::vector<LinearProduct>& gate_up = gate_up_;
+  std::vector<LinearProduct>& down = down_products_;
+  gate_up.clear();
+  down.clear();
+  std::vector<int>& first_slot = first_slot_;
+  first_slot.assign(def_.count, 0);
+  int slot = 0;
+  for (int e = 0; e < def_.count; ++e) {
+    const std::vector<int>& mine = rows_of_[e];
+    if (mine.empty()) continue;
+    first_slot[e] = slot;
+    const int m = static_cast<int>(mine.size());
+    // Every row chose it (decode's single token, for one): its input is h itself.
+    const float* x = h;
+    if (m != rows) {
+      x = gathered_.data() + static_cast<size_t>(slot) * E;
+      for (int i = 0; i < m; ++i) {
+        std::copy_n(h + static_cast<size_t>(mine[i]) * E, E, gathered_.data() + static_cast<size_t>(slot + i) * E);
+      }
+    }
+    float* g = gate_.data() + static_cast<size_t>(slot) * F;
+    gate_up.push_back({experts_[e].gate.get(), x, m, g});
+    gate_up.push_back({experts_[e].up.get(), x, m, up_.data() + static_cast<size_t>(slot) * F});
+    down.push_back({experts_[e].down.get(), g, m, down_.data() + static_cast<size_t>(slot) * E});
+    slot += m;
+  }
+  HETERO_RETURN_IF_ERROR(ForwardEach(gate_up, scratch));
+  Activate(activation_, gate_.data(), up_.data(), total * F);
+  HETERO_RETURN_IF_ERROR(ForwardEach(down, scratch));
+  // Each row's sum over its experts, in expert order.
+  std::vector<int>& next = next_;
+  next.assign(def_.count, 0);
+  for (int r = 0; r < rows; ++r) {
+    float* y = out + static_cast<size_t>(r) * E;
+    std::fill_n(y, E, 0.0f);
+    for (int i = 0; i < k; ++i) {
+      const int e = choices_[static_cast<size_t>(r) * k + i];
+      const float* part = down_.data() + static_cast<size_t>(first_slot[e] + next[e]++) * E;
+      AddScaledInPlace(y, part, weights_[static_cast<size_t>(r) * k + i], E);
+    }
+  }
+  if (shared_.gate == nullptr) return absl::OkStatus();
+  const int S = def_.shared_n_ff;
+  shared_gate_.resize(static_cast<size_t>(rows) * S);
+  shared_up_.resize(static_cast<size_t>(rows) * S);
+  shared_down_.resize(static_cast<size_t>(rows) * E);
+  {
+    const Linear* gate_up_shared[] = {shared_.gate.get(), shared_.up.get()};
+    float* outs[] = {shared_gate_.data(), shared_up_.data()};
+    HETERO_RETURN_IF_ERROR(ForwardSameInput(gate_up_shared, h, rows, outs, scratch));
+  }
+  Activate(activation_, shared_gate_.data(), shared_up_.data(), static_cast<size_t>(rows) * S);
+  HETERO_RETURN_IF_ERROR(shared_.down->Forward(shared_gate_.data(), rows, shared_down_.data(), scratch));
+  for (int r = 0; r < rows; ++r) {
+    const float* x = h + static_cast<size_t>(r) * E;
+    double dot = 0;
+    for (int i = 0; i < E; ++i) dot += static_cast<double>(x[i]) * shared_gate_input_[i];
+    const float share = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+    AddScaledInPlace(out + static_cast<size_t>(r) * E, shared_down_.data() + static_cast<size_t>(r) * E, share, E);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hetero

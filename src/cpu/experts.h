@@ -1,0 +1,69 @@
+// A mixture-of-experts feed-forward block on the CPU (ExpertsDefinition in
+// src/runtime/models/model_definition.h). The router runs in f32 whatever the weights'
+// format, so the choice of experts does not move with the matrix precision. Each step's
+// tokens are grouped by expert: every chosen expert's weights are read once per step, and
+// all chosen experts' products run as one parallel step (ForwardEach). A token's outputs
+// are summed in expert order, so its result does not depend on the other tokens of the step.
+#ifndef HETERO_CPU_EXPERTS_H_
+#define HETERO_CPU_EXPERTS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/cpu/linear.h"
+#include "src/runtime/gguf.h"
+#include "src/runtime/models/model_definition.h"
+
+namespace hetero {
+
+class CpuExperts {
+ public:
+  // How the backend builds one expert matrix (its choice of kernel and precision).
+  using MakeLinearFn = std::function<absl::StatusOr<std::unique_ptr<Linear>>(const GgufTensorInfo&)>;
+
+  static absl::StatusOr<std::unique_ptr<CpuExperts>> Create(const GgufFile& file, const ExpertsDefinition& definition,
+                                                            FfnActivation activation, const LinearContext& dnnl,
+                                                            const MakeLinearFn& make_linear);
+
+  // out (rows x n_embd) = the block's output for its input h (rows x n_embd).
+  absl::Status Forward(const float* h, int rows, float* out, LinearScratch& scratch);
+
+  // Every matrix the block holds (router, experts, shared expert), for the backend's summary.
+  std::vector<const Linear*> matrices() const;
+  // Expert evaluations (token x chosen expert) since load, per expert.
+  const std::vector<uint64_t>& usage() const { return usage_; }
+
+ private:
+  struct Expert {
+    std::unique_ptr<Linear> gate, up, down;
+  };
+  // Fills choices_ (rows x used expert ids, ascending), weights_ and slots_ from the
+  // router's logits, and rows_of_.
+  absl::Status Route(const float* h, int rows, LinearScratch& scratch);
+
+  ExpertsDefinition def_;
+  FfnActivation activation_;
+  int n_embd_ = 0;
+  std::unique_ptr<Linear> router_;
+  std::vector<Expert> experts_;
+  Expert shared_;
+  std::vector<float> shared_gate_input_;
+  std::vector<uint64_t> usage_;
+  // Work buffers, reused across steps.
+  std::vector<float> logits_, probs_;
+  std::vector<int> choices_;
+  std::vector<float> weights_;
+  std::vector<int> slots_;  // per choice: its row in the experts' stacked outputs
+  std::vector<std::vector<int>> rows_of_;  // per expert: its rows this step, ascending
+  std::vector<float> gathered_, gate_, up_, down_;
+  std::vector<float> shared_gate_, shared_up_, shared_down_;
+  std::vector<int> order_, first_slot_, next_;
+  std::vector<LinearProduct> gate_up_, down_products_;
+};
+
+}  // namespace hetero
+
+#endif  // HETERO_CPU_EXPERTS_H_
