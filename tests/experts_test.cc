@@ -1,0 +1,249 @@
+// Mixtures of experts on the CPU beyond the float64 model reference (cpu_backend_test):
+// the block against a float64 implementation written here, routing ties, and the
+// guarantees batching relies on: a token's result does not depend on the other tokens of
+// its step, in decode batches or in a prompt cut into passes.
+#include <cmath>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "hetero/model.h"
+#include "src/cpu/cpu_backend.h"
+#include "src/cpu/experts.h"
+#include "src/runtime/gguf.h"
+#include "tests/support/gguf_builder.h"
+#include "tests/support/tiny_model.h"
+
+namespace hetero {
+namespace {
+
+constexpr int kEmbd = 40, kExperts = 5, kUsed = 2, kFf = 24, kSharedFf = 12, kRows = 7;
+
+std::vector<float> Random(size_t n, float scale, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+struct Block {
+  std::vector<float> router, gate, up, down;  // ggml layouts: router [kEmbd, kExperts], ...
+  std::vector<float> shared_input, shared_gate, shared_up, shared_down;
+};
+
+Block RandomBlock(bool zero_router, std::mt19937& rng) {
+  Block b;
+  b.router = zero_router ? std::vector<float>(kEmbd * kExperts, 0.0f) : Random(kEmbd * kExperts, 0.5f, rng);
+  b.gate = Random(kEmbd * kFf * kExperts, 0.3f, rng);
+  b.up = Random(kEmbd * kFf * kExperts, 0.3f, rng);
+  b.down = Random(kFf * kEmbd * kExperts, 0.3f, rng);
+  b.shared_input = Random(kEmbd, 0.5f, rng);
+  b.shared_gate = Random(kEmbd * kSharedFf, 0.3f, rng);
+  b.shared_up = Random(kEmbd * kSharedFf, 0.3f, rng);
+  b.shared_down = Random(kSharedFf * kEmbd, 0.3f, rng);
+  return b;
+}
+
+std::vector<uint8_t> BlockFile(const Block& b) {
+  testing::GgufBuilder g;
+  g.AddString("general.architecture", "test");
+  g.AddTensorF32("router", {kEmbd, kExperts}, b.router);
+  g.AddTensorF32("gate", {kEmbd, kFf, kExperts}, b.gate);
+  g.AddTensorF32("up", {kEmbd, kFf, kExperts}, b.up);
+  g.AddTensorF32("down", {kFf, kEmbd, kExperts}, b.down);
+  g.AddTensorF32("shared_input", {kEmbd}, b.shared_input);
+  g.AddTensorF32("shared_gate", {kEmbd, kSharedFf}, b.shared_gate);
+  g.AddTensorF32("shared_up", {kEmbd, kSharedFf}, b.shared_up);
+  g.AddTensorF32("shared_down", {kSharedFf, kEmbd}, b.shared_down);
+  return g.Build();
+}
+
+double Silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// out += weight * down(silu(gate h) * up h), matrices row-major [outputs][inputs] at `w`.
+void AddFfn(const float* gate, const float* up, const float* down, int ff, const float* h, double weight,
+            std::vector<double>& out) {
+  std::vector<double> act(ff);
+  for (int j = 0; j < ff; ++j) {
+    double g = 0, u = 0;
+    for (int i = 0; i < kEmbd; ++i) {
+      g += static_cast<double>(gate[j * kEmbd + i]) * h[i];
+      u += static_cast<double>(up[j * kEmbd + i]) * h[i];
+    }
+    act[j] = Silu(g) * u;
+  }
+  for (int i = 0; i < kEmbd; ++i) {
+    double y = 0;
+    for (int j = 0; j < ff; ++j) y += static_cast<double>(down[i * ff + j]) * act[j];
+    out[i] += weight * y;
+  }
+}
+
+// The block in float64, from the definition's words: softmax over the router's logits,
+// the kUsed most probable (ties to the lower id), weights renormalised or not, plus the
+// shared expert times sigmoid(h . shared_input).
+std::vector<double> Reference(const Block& b, const std::vector<float>& h, bool normalize, bool shared) {
+  std::vector<double> out(static_cast<size_t>(kRows) * kEmbd, 0.0);
+  for (int r = 0; r < kRows; ++r) {
+    const float* x = h.data() + r * kEmbd;
+    std::vector<double> p(kExperts);
+    double top = -1e300, sum = 0;
+    for (int e = 0; e < kExperts; ++e) {
+      double l = 0;
+      for (int i = 0; i < kEmbd; ++i) l += static_cast<double>(b.router[e * kEmbd + i]) * x[i];
+      p[e] = l;
+      top = std::max(top, l);
+    }
+    for (double& v : p) sum += v = std::exp(v - top);
+    for (double& v : p) v /= sum;
+    std::vector<int> order(kExperts);
+    for (int e = 0; e < kExperts; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return p[a] > p[c]; });
+    double chosen = 0;
+    for (int i = 0; i < kUsed; ++i) chosen += p[order[i]];
+    std::vector<double> row(kEmbd, 0.0);
+    for (int i = 0; i < kUsed; ++i) {
+      const int e = order[i];
+      const size_t m = static_cast<size_t>(e) * kFf * kEmbd;
+      AddFfn(b.gate.data() + m, b.up.data() + m, b.down.data() + m, kFf, x, normalize ? p[e] / chosen : p[e], row);
+    }
+    if (shared) {
+      double dot = 0;
+      for (int i = 0; i < kEmbd; ++i) dot += static_cast<double>(b.shared_input[i]) * x[i];
+      AddFfn(b.shared_gate.data(), b.shared_up.data(), b.shared_down.data(), kSharedFf, x, 1.0 / (1.0 + std::exp(-dot)),
+             row);
+    }
+    std::copy(row.begin(), row.end(), out.begin() + r * kEmbd);
+  }
+  return out;
+}
+
+void CheckBlock(bool zero_router, bool normalize, bool shared) {
+  std::mt19937 rng(zero_router * 4 + normalize * 2 + shared + 7);
+  const Block block = RandomBlock(zero_router, rng);
+  const std::vector<uint8_t> bytes = BlockFile(block);
+  auto file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ExpertsDefinition d;
+  d.router = "router";
+  d.gate = "gate";
+  d.up = "up";
+  d.down = "down";
+  d.count = kExperts;
+  d.used = kUsed;
+  d.n_ff = kFf;
+  d.normalize_weights = normalize;
+  if (shared) {
+    d.shared_gate_input = "shared_input";
+    d.shared_gate = "shared_gate";
+    d.shared_up = "shared_up";
+    d.shared_down = "shared_down";
+    d.shared_n_ff = kSharedFf;
+  }
+  LinearContext dnnl;
+  auto experts = CpuExperts::Create(
+      **file, d, FfnActivation::kSilu, dnnl,
+      [&](const GgufTensorInfo& t) { return MakeOneDnnLinear(dnnl, t, MatmulPrecision::kF32); });
+  ASSERT_TRUE(experts.ok()) << experts.status();
+  const std::vector<float> h = Random(static_cast<size_t>(kRows) * kEmbd, 1.5f, rng);
+  std::vector<float> out(h.size());
+  LinearScratch scratch;
+  ASSERT_TRUE((*experts)->Forward(h.data(), kRows, out.data(), scratch).ok());
+  const std::vector<double> want = Reference(block, h, normalize, shared);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (out[i] - want[i]) * (out[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  // f32 products of 40 and 24 terms against float64: ~1e-7 measured.
+  EXPECT_LE(std::sqrt(diff / norm), 1e-5) << "zero router " << zero_router << ", normalize " << normalize
+                                          << ", shared " << shared;
+  uint64_t evaluations = 0;
+  for (uint64_t n : (*experts)->usage()) evaluations += n;
+  EXPECT_EQ(evaluations, static_cast<uint64_t>(kRows) * kUsed);
+  if (zero_router) {  // all equally probable: the lowest ids, every row
+    EXPECT_EQ((*experts)->usage()[0], static_cast<uint64_t>(kRows));
+    EXPECT_EQ((*experts)->usage()[1], static_cast<uint64_t>(kRows));
+    EXPECT_EQ((*experts)->usage()[kExperts - 1], 0u);
+  }
+}
+
+TEST(CpuExpertsTest, MatchesAFloat64Implementation) {
+  for (bool normalize : {false, true}) {
+    for (bool shared : {false, true}) CheckBlock(/*zero_router=*/false, normalize, shared);
+  }
+}
+
+TEST(CpuExpertsTest, EqualProbabilitiesChooseTheLowerExpertIds) {
+  CheckBlock(/*zero_router=*/true, /*normalize=*/false, /*shared=*/false);
+  CheckBlock(/*zero_router=*/true, /*normalize=*/true, /*shared=*/true);
+}
+
+CpuBackendOptions OneThread() {
+  CpuBackendOptions options;
+  options.threads = 1;
+  return options;
+}
+
+testing::TinyModelOptions QuantizedMoe() {
+  testing::TinyModelOptions o;
+  o.architecture = "qwen3moe";
+  o.weight_type = TensorType::kQ8_0;
+  o.n_experts = 8;
+  o.n_experts_used = 2;
+  o.n_ff_expert = 64;
+  o.n_vocab = 90;
+  return o;
+}
+
+// Three sequences decoded together (their tokens choosing different experts) give the
+// logits each gets alone.
+TEST(CpuExpertsTest, BatchedDecodeEqualsSingle) {
+  const testing::TinyModelOptions o = QuantizedMoe();
+  auto model = Model::Load(testing::WriteTinyModel(o, "moe_batched.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto backend = CpuBackend::Create(**model, OneThread());
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int V = o.n_vocab;
+  std::vector<SequenceId> seqs;
+  std::vector<float> logits(V);
+  for (int i = 0; i < 3; ++i) {
+    seqs.push_back(*(*backend)->NewSequence());
+    const std::vector<int32_t> prompt = {1 + 20 * i, 7 + i, 50 - 9 * i, 4 + 3 * i};
+    ASSERT_TRUE((*backend)->Prefill(seqs.back(), prompt, absl::MakeSpan(logits)).ok());
+  }
+  const std::vector<int32_t> next = {5, 61, 33};
+  std::vector<float> batched(3 * V);
+  ASSERT_TRUE((*backend)->Decode(seqs, next, absl::MakeSpan(batched)).ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE((*backend)->TruncateSequence(seqs[i], 4).ok());
+    std::vector<float> single(V);
+    ASSERT_TRUE((*backend)->Decode({&seqs[i], 1}, {&next[i], 1}, absl::MakeSpan(single)).ok());
+    EXPECT_EQ(std::vector<float>(batched.begin() + i * V, batched.begin() + (i + 1) * V), single) << "sequence " << i;
+  }
+}
+
+// A prompt encoded in one pass or cut into two gives bit-identical logits: how a pass's
+// tokens are grouped by expert does not change any token's sums.
+TEST(CpuExpertsTest, PromptSplitIntoPassesGivesBitIdenticalLogits) {
+  const testing::TinyModelOptions o = QuantizedMoe();
+  auto model = Model::Load(testing::WriteTinyModel(o, "moe_split.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto backend = CpuBackend::Create(**model, OneThread());
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  CpuBackend& b = **backend;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 41; ++i) prompt.push_back((i * 37 + 11) % o.n_vocab);
+  std::vector<float> whole(o.n_vocab), split(o.n_vocab);
+  const SequenceId one_pass = *b.NewSequence();
+  ASSERT_TRUE(b.Prefill(one_pass, prompt, absl::MakeSpan(whole)).ok());
+  for (size_t cut : {1u, 16u, 29u, 40u}) {
+    const SequenceId s = *b.NewSequence();
+    ASSERT_TRUE(b.Prefill(s, absl::MakeSpan(prompt).subspan(0, cut), absl::MakeSpan(split)).ok());
+    ASSERT_TRUE(b.Prefill(s, absl::MakeSpan(prompt).subspan(cut), absl::MakeSpan(split)).ok());
+    EXPECT_EQ(split, whole) << "split after " << cut << " tokens";
+    b.FreeSequence(s);
+  }
+}
+
+}  // namespace
+}  // namespace hetero
