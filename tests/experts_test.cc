@@ -141,7 +141,7 @@ void CheckBlock(bool zero_router, bool normalize, bool shared) {
   }
   LinearContext dnnl;
   auto experts = CpuExperts::Create(
-      **file, d, FfnActivation::kSilu, dnnl,
+      **file, d, FfnActivation::kSilu,
       [&](const GgufTensorInfo& t) { return MakeOneDnnLinear(dnnl, t, MatmulPrecision::kF32); });
   ASSERT_TRUE(experts.ok()) << experts.status();
   const std::vector<float> h = Random(static_cast<size_t>(kRows) * kEmbd, 1.5f, rng);

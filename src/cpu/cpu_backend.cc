@@ -125,7 +125,7 @@ absl::Status CpuBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(l.up, matrix(ld.up));
     HETERO_ASSIGN_OR_RETURN(l.down, matrix(ld.down));
     if (ld.experts.present()) {
-      HETERO_ASSIGN_OR_RETURN(l.experts, CpuExperts::Create(file, ld.experts, d.activation, dnnl_, expert_matrix));
+      HETERO_ASSIGN_OR_RETURN(l.experts, CpuExperts::Create(file, ld.experts, d.activation, expert_matrix));
     }
     l.qk_norm_per_head = ld.qk_norm_per_head;
     l.sliding_window = ld.sliding_window;
@@ -153,6 +153,7 @@ absl::Status CpuBackend::Init() {
   for (const Layer& l : layers_) {
     std::vector<const Linear*> matrices = {l.q.get(), l.k.get(), l.v.get(), l.o.get()};
     if (l.experts != nullptr) {
+      bytes += l.experts->router_bytes();
       const std::vector<const Linear*> more = l.experts->matrices();
       matrices.insert(matrices.end(), more.begin(), more.end());
     } else {

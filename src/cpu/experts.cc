@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/cpu/cpu_ops.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/status_macros.h"
 
@@ -20,17 +21,32 @@ void Activate(FfnActivation activation, float* gate, const float* up, size_t cou
   }
 }
 
+// sum x[i] w[i] in one fixed order: 16 running sums (vectorised by the compiler), then
+// added pairwise.
+float RouterDot(const float* x, const float* w, int n) {
+  float acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) acc[j] += x[i + j] * w[i + j];
+  }
+  for (int j = 0; i < n; ++i, ++j) acc[j] += x[i] * w[i];
+  for (int width = 8; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  return acc[0];
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& file, const ExpertsDefinition& d,
-                                                               FfnActivation activation, const LinearContext& dnnl,
+                                                               FfnActivation activation,
                                                                const MakeLinearFn& make_linear) {
   auto block = std::unique_ptr<CpuExperts>(new CpuExperts());
   block->def_ = d;
   block->activation_ = activation;
   const GgufTensorInfo& router = *file.FindTensor(d.router);
   block->n_embd_ = static_cast<int>(router.dims[0]);
-  HETERO_ASSIGN_OR_RETURN(block->router_, MakeOneDnnLinear(dnnl, router, MatmulPrecision::kF32));
+  HETERO_ASSIGN_OR_RETURN(block->router_, LoadFloatTensor(file, d.router));
   block->experts_.resize(d.count);
   for (int e = 0; e < d.count; ++e) {
     Expert& x = block->experts_[e];
@@ -50,7 +66,7 @@ absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& f
 }
 
 std::vector<const Linear*> CpuExperts::matrices() const {
-  std::vector<const Linear*> out = {router_.get()};
+  std::vector<const Linear*> out;
   for (const Expert* x = experts_.data(); x != experts_.data() + experts_.size(); ++x) {
     out.insert(out.end(), {x->gate.get(), x->up.get(), x->down.get()});
   }
@@ -58,10 +74,15 @@ std::vector<const Linear*> CpuExperts::matrices() const {
   return out;
 }
 
-absl::Status CpuExperts::Route(const float* h, int rows, LinearScratch& scratch) {
-  const int n = def_.count, k = def_.used;
+void CpuExperts::Route(const float* h, int rows) {
+  const int n = def_.count, k = def_.used, E = n_embd_;
   logits_.resize(static_cast<size_t>(rows) * n);
-  HETERO_RETURN_IF_ERROR(router_->Forward(h, rows, logits_.data(), scratch));
+  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
+    for (int e = 0; e < n; ++e) {
+      logits_[static_cast<size_t>(r) * n + e] =
+          RouterDot(h + static_cast<size_t>(r) * E, router_.data() + static_cast<size_t>(e) * E, E);
+    }
+  });
   choices_.resize(static_cast<size_t>(rows) * k);
   weights_.resize(static_cast<size_t>(rows) * k);
   slots_.resize(static_cast<size_t>(rows) * k);
@@ -91,12 +112,11 @@ absl::Status CpuExperts::Route(const float* h, int rows, LinearScratch& scratch)
       ++usage_[e];
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status CpuExperts::Forward(const float* h, int rows, float* out, LinearScratch& scratch) {
   const int E = n_embd_, F = def_.n_ff, k = def_.used;
-  HETERO_RETURN_IF_ERROR(Route(h, rows, scratch));
+  Route(h, rows);
   // Stack each chosen expert's rows (in expert order) and give every choice its slot there.
   const size_t total = static_cast<size_t>(rows) * k;
   gathered_.resize(total * E);

@@ -1,6 +1,9 @@
 // A mixture-of-experts feed-forward block on the CPU (ExpertsDefinition in
 // src/runtime/models/model_definition.h). The router runs in f32 whatever the weights'
-// format, so the choice of experts does not move with the matrix precision. Each step's
+// format, so the choice of experts does not move with the matrix precision; it is our own
+// loop, not oneDNN: a row's logits are summed in one fixed order whatever the row count
+// (routing must not depend on the other tokens of a step), and a decode step calls no
+// OpenMP region whose spinning threads would take the cores from our own pool. Each step's
 // tokens are grouped by expert: every chosen expert's weights are read once per step, and
 // all chosen experts' products run as one parallel step (ForwardEach). A token's outputs
 // are summed in expert order, so its result does not depend on the other tokens of the step.
@@ -25,14 +28,15 @@ class CpuExperts {
   using MakeLinearFn = std::function<absl::StatusOr<std::unique_ptr<Linear>>(const GgufTensorInfo&)>;
 
   static absl::StatusOr<std::unique_ptr<CpuExperts>> Create(const GgufFile& file, const ExpertsDefinition& definition,
-                                                            FfnActivation activation, const LinearContext& dnnl,
-                                                            const MakeLinearFn& make_linear);
+                                                            FfnActivation activation, const MakeLinearFn& make_linear);
 
   // out (rows x n_embd) = the block's output for its input h (rows x n_embd).
   absl::Status Forward(const float* h, int rows, float* out, LinearScratch& scratch);
 
-  // Every matrix the block holds (router, experts, shared expert), for the backend's summary.
+  // Every matrix the block holds (experts, shared expert), for the backend's summary.
   std::vector<const Linear*> matrices() const;
+  // Bytes the block holds beside its matrices (the router's f32 weights).
+  size_t router_bytes() const { return router_.size() * sizeof(float); }
   // Expert evaluations (token x chosen expert) since load, per expert.
   const std::vector<uint64_t>& usage() const { return usage_; }
 
@@ -42,12 +46,12 @@ class CpuExperts {
   };
   // Fills choices_ (rows x used expert ids, ascending), weights_ and slots_ from the
   // router's logits, and rows_of_.
-  absl::Status Route(const float* h, int rows, LinearScratch& scratch);
+  void Route(const float* h, int rows);
 
   ExpertsDefinition def_;
   FfnActivation activation_;
   int n_embd_ = 0;
-  std::unique_ptr<Linear> router_;
+  std::vector<float> router_;  // [count][n_embd]
   std::vector<Expert> experts_;
   Expert shared_;
   std::vector<float> shared_gate_input_;
