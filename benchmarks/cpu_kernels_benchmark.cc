@@ -101,6 +101,55 @@ BENCHMARK(BM_QuantGemv)
     ->Args({14, 576, 1536, 2})                            // Q6_K ffn_down
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// A mixture of experts' decode step at granite-3.0-1b-a400m's shape (hidden 1024, experts
+// of FFN 512, 8 chosen per token): every chosen expert's gate and up in one parallel step,
+// then their downs, as src/cpu/experts.cc runs them. The experts are drawn at random from
+// 512 MiB of them, so each step reads its weights from memory as a real model's does.
+// Bytes = the chosen experts' weight bytes; compare BM_MemoryRead.
+void BM_ExpertsDecodeStep(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  const ScopedThreadPool use_pool(&pool);
+  const auto type = static_cast<TensorType>(state.range(0));
+  constexpr int kEmbd = 1024, kFf = 512, kUsed = 8;
+  const std::vector<uint8_t> gate_blocks = RandomBlocks(type, kFf, kEmbd), down_blocks = RandomBlocks(type, kEmbd, kFf);
+  const size_t expert_bytes = 2 * gate_blocks.size() + down_blocks.size();
+  const int experts = static_cast<int>((size_t{512} << 20) / expert_bytes);
+  std::vector<QuantizedWeights> gate, up, down;
+  for (int e = 0; e < experts; ++e) {
+    gate.push_back(QuantizedWeights::FromBlocks(type, kFf, kEmbd, gate_blocks.data()));
+    up.push_back(QuantizedWeights::FromBlocks(type, kFf, kEmbd, gate_blocks.data()));
+    down.push_back(QuantizedWeights::FromBlocks(type, kEmbd, kFf, down_blocks.data()));
+  }
+  const std::vector<float> x = RandomFloats(kEmbd);
+  std::vector<float> g(kUsed * kFf), u(kUsed * kFf), y(kUsed * kEmbd);
+  std::vector<QuantizedActivations> hidden(kUsed);
+  QuantizedActivations a;
+  std::mt19937 rng(3);
+  for (auto _ : state) {
+    int chosen[kUsed];
+    for (int& e : chosen) e = static_cast<int>(rng() % experts);
+    a.Quantize(x.data(), 1, kEmbd, kEmbd);
+    std::vector<QuantMatmulTask> gate_up, downs;
+    for (int i = 0; i < kUsed; ++i) {
+      gate_up.push_back({&gate[chosen[i]], g.data() + i * kFf, kFf});
+      gate_up.push_back({&up[chosen[i]], u.data() + i * kFf, kFf});
+    }
+    QuantMatmulMany(gate_up, a);
+    for (int i = 0; i < kUsed; ++i) {
+      hidden[i].Quantize(g.data() + i * kFf, 1, kFf, kFf);
+      downs.push_back({&down[chosen[i]], y.data() + i * kEmbd, kEmbd, &hidden[i]});
+    }
+    QuantMatmulMany(downs, a);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(kUsed * expert_bytes));
+  state.SetLabel(TensorTypeName(type));
+}
+BENCHMARK(BM_ExpertsDecodeStep)
+    ->ArgNames({"type", "threads"})
+    ->Args({8, 1})->Args({8, 2})->Args({12, 2})->Args({14, 2})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // Batched decode's products: `rows` activation rows (sequences) against native weights,
 // one thread. Weights fit in L2, so this measures the arithmetic, not memory.
 void BM_QuantBatchedRows(benchmark::State& state) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/weight_prefetch.h"
 
 namespace hetero::internal {
 namespace {
@@ -215,6 +216,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
   }
   const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
   for (int b = 0; b < nb; ++b, tile += tile_bytes) {
+    if constexpr (q8) PrefetchWeights(tile, tile_bytes);
     __m512i wq[8];
     if constexpr (q8) {
 #pragma GCC unroll 8
