@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/weight_prefetch.h"
 #include "src/runtime/dequantize.h"
 
 namespace hetero::internal {
@@ -40,6 +41,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
   constexpr int kRuns = Runs(T);
   constexpr int kHi = HiPlanes(T);
   static const PackedUnitLayout layout = GetPackedUnitLayout(T);
+  static const size_t kPrefetchShare = (layout.bytes + kRuns * 64 - 1) / (kRuns * 64) * 64;
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
   const uint8_t* unit = w.packed_bytes() + static_cast<size_t>(group) * units * layout.bytes;
@@ -79,6 +81,9 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
       unit_d = Halves(scales + 128);
     }
     for (int run = 0; run < kRuns; ++run) {
+      // Each run asks for its share of the unit kWeightPrefetchBytes on: an even trickle of
+      // requests rather than a burst per unit.
+      PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare);
       const uint8_t* tile = unit + 256 * run;
       __m512i wq[8];
 #pragma GCC unroll 4

@@ -3,10 +3,13 @@
 // every new matrix (a mixture of experts reads dozens of small ones a step), so a kernel
 // asks for the lines a fixed distance ahead of the ones it multiplies.
 //
-// Used where it measured faster: the Q8_0 kernel (AMD EPYC Zen 4, 2 threads, tg128
-// interleaved: granite-3.0-1b-a400m-shaped MoE 39.4 -> 42.7 tok/s median of three, the
-// default model's shape 113 -> 125). The 4-bit kernels read half the bytes for the same
-// arithmetic, and there the extra instructions cost more than they saved (Q4_1 238 -> 201).
+// Measured on an AMD EPYC (Zen 4, 2 threads), tg128 interleaved, medians of three:
+//  - the block formats (one unit's share per run of 32 columns): granite-3.0-1b-a400m-shaped
+//    MoE in Q4_K_M 64 -> 88 tok/s, the default model's shape in Q4_K_M 189 -> 204 and in
+//    Q6_K 132 -> 169; where the weights stall the kernel most (Q6_K's bit masks) the most;
+//  - Q8_0 (one tile per block of 32): the MoE shape 39.4 -> 42.7, the default model's 113 -> 125;
+//  - not the Q4_0/Q4_1 kernel: a whole tile per block there measured slower (Q4_1 238 -> 201),
+//    the default model in Q4_1 already reads at the machine's bandwidth.
 #ifndef HETERO_CPU_WEIGHT_PREFETCH_H_
 #define HETERO_CPU_WEIGHT_PREFETCH_H_
 
