@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""hetero-bench against llama.cpp's llama-bench on the same GGUF files, interleaved.
+
+Each round runs, for every file, hetero-bench and then llama-bench (prompt of -p tokens,
+then -n generated tokens, -r repetitions each); the table gives each side's median over
+the rounds and the ratio hetero / llama.cpp. Interleaving matters on shared machines,
+whose speed drifts by 10-20% over minutes: both programs see the same drift.
+
+    python3 scripts/peer_bench.py --llama-bench PATH/llama-bench [--rounds 3] [-t 2] FILE...
+
+llama.cpp is not part of this project: build it from its own source tree and pass the
+path of its llama-bench. Prints a Markdown table, with the CPU and the date, to stdout.
+"""
+import argparse
+import csv
+import datetime
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def run(cmd):
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def hetero(args, path):
+    out = json.loads(run([args.hetero_bench, "-m", path, "-p", str(args.p), "-n", str(args.n), "-t", str(args.t),
+                          "-r", str(args.r), "--json"]))
+    return out[f"pp{args.p}"]["tok_s_median"], out[f"tg{args.n}"]["tok_s_median"]
+
+
+def llama(args, path):
+    rows = list(csv.DictReader(io.StringIO(run([args.llama_bench, "-m", path, "-p", str(args.p), "-n", str(args.n),
+                                                  "-t", str(args.t), "-r", str(args.r), "-o", "csv"]))))
+    pp = next(float(r["avg_ts"]) for r in rows if r["n_prompt"] == str(args.p) and r["n_gen"] == "0")
+    tg = next(float(r["avg_ts"]) for r in rows if r["n_gen"] == str(args.n) and r["n_prompt"] == "0")
+    return pp, tg
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--llama-bench", required=True)
+    parser.add_argument("--hetero-bench", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin",
+                                                               "hetero-bench"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("-t", type=int, default=2)
+    parser.add_argument("-p", type=int, default=512)
+    parser.add_argument("-n", type=int, default=128)
+    parser.add_argument("-r", type=int, default=3)
+    args = parser.parse_args()
+    for f in args.files:
+        if not os.path.isfile(f):
+            sys.exit(f"no such file: {f}")
+    results = {f: {"h": [], "l": []} for f in args.files}
+    for round_ in range(args.rounds):
+        for f in args.files:
+            results[f]["h"].append(hetero(args, f))
+            results[f]["l"].append(llama(args, f))
+            h, l = results[f]["h"][-1], results[f]["l"][-1]
+            print(f"round {round_ + 1}: {os.path.basename(f)}: hetero {h[0]:.1f} / {h[1]:.1f}, "
+                  f"llama.cpp {l[0]:.1f} / {l[1]:.1f}", file=sys.stderr, flush=True)
+    print(f"{cpu_model()}, {args.t} threads, {datetime.date.today()}; medians of {args.rounds} interleaved rounds "
+          f"(each -r {args.r}), tok/s\n")
+    print(f"| file | hetero pp{args.p} | llama.cpp pp{args.p} | ratio | hetero tg{args.n} | llama.cpp tg{args.n} | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for f in args.files:
+        hp = statistics.median(x[0] for x in results[f]["h"])
+        ht = statistics.median(x[1] for x in results[f]["h"])
+        lp = statistics.median(x[0] for x in results[f]["l"])
+        lt = statistics.median(x[1] for x in results[f]["l"])
+        print(f"| {os.path.basename(f)} | {hp:.1f} | {lp:.1f} | {hp / lp:.2f}x | {ht:.1f} | {lt:.1f} | {ht / lt:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
