@@ -316,7 +316,7 @@ class Server {
     const std::string model = config_.model_name;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [this, slot, request, session, id, created_at, model](
-                                                             size_t, httplib::DataSink& sink) {
+                                                             size_t, httplib::DataSink& sink) mutable {
       const auto chunk = [&](Json delta, Json finish, Json usage = nullptr) {
         Json j = {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created_at}, {"model", model},
                   {"choices", Json::array()}};
@@ -330,9 +330,15 @@ class Server {
       run.on_reasoning = [&](std::string_view piece) {
         return chunk({{"reasoning_content", std::string(piece)}}, nullptr);
       };
-      Tracked tracked(*this, session.get());
-      absl::StatusOr<hetero::RunResult> result =
-          request->resume ? session->Continue(run) : session->Run(request->user_message, run);
+      absl::StatusOr<hetero::RunResult> result = absl::UnknownError("not run");
+      {
+        Tracked tracked(*this, session.get());
+        result = request->resume ? session->Continue(run) : session->Run(request->user_message, run);
+      }
+      // The session's KV and the concurrency slot go before the last bytes do: a client that
+      // sends its next request as soon as it reads [DONE] finds both free.
+      session.reset();
+      slot.reset();
       if (result.ok()) {
         metrics_.CountGeneration(result->report);
         // The calls in one delta once the reply is complete, each with its index.
@@ -374,7 +380,7 @@ class Server {
     const int64_t created_at = Now();
     const std::string model = config_.model_name;
     res.set_chunked_content_provider("text/event-stream", [this, slot, request, id, created_at, model](
-                                                             size_t, httplib::DataSink& sink) {
+                                                             size_t, httplib::DataSink& sink) mutable {
       const auto chunk = [&](const std::string& text, Json finish, Json usage = nullptr) {
         Json j = {{"id", id}, {"object", "text_completion"}, {"created", created_at}, {"model", model},
                   {"choices", Json::array({{{"index", 0}, {"text", text}, {"finish_reason", finish}, {"logprobs", nullptr}}})}};
@@ -388,6 +394,7 @@ class Server {
       hetero::CompletionOptions options = request->options;
       options.on_text = [&](std::string_view piece) { return chunk(std::string(piece), nullptr); };
       absl::StatusOr<hetero::CompletionResult> result = engine_->Complete(request->prompt, options);
+      slot.reset();  // free before the last bytes go (see Chat)
       if (result.ok()) {
         metrics_.CountGeneration(result->report);
         chunk("", FinishReason(result->report.stop_reason));

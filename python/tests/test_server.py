@@ -200,3 +200,35 @@ def test_tools_required_named_and_the_result_fed_back(client):
             deltas.extend(c.delta.tool_calls or [])
     assert deltas and [d.index for d in deltas] == list(range(len(deltas)))
     assert all(d.function.name == "add" for d in deltas)
+
+
+def test_load_sixteen_streaming_clients(server):
+    """16 streaming clients, one request after another, for HETERO_LOAD_SECONDS (30) against
+    a limit of 4 at once: no errors (429s are the server saying busy), and afterwards nothing
+    running and no KV in use. scripts/serve_load.py is the same load the llama-server
+    comparison in docs/PERFORMANCE.md uses."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("serve_load", REPO / "scripts" / "serve_load.py")
+    serve_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve_load)
+    seconds = float(os.environ.get("HETERO_LOAD_SECONDS", "30"))
+
+    def make_client():
+        return openai.OpenAI(base_url=server + "/v1", api_key=KEY, max_retries=0, timeout=60)
+
+    r = serve_load.run_level(make_client, "smol", concurrency=16, seconds=seconds, max_tokens=32)
+    print(f"\n16 streams for {r['seconds']:.0f} s: {r['requests']} requests, {r['busy_429']} x 429, "
+          f"{r['tokens_per_second']:.1f} tok/s, TTFT p50 {r['ttft_p50_s']:.3f} s, p99 {r['ttft_p99_s']:.3f} s")
+    assert r["errors"] == []
+    assert r["requests"] > 0 and r["busy_429"] > 0  # 16 clients against --max-concurrent 4
+    assert r["ttft_p99_s"] is not None
+    for _ in range(50):  # the last streams' sessions end just after their [DONE]
+        with urllib.request.urlopen(urllib.request.Request(server + "/metrics",
+                                                           headers={"Authorization": f"Bearer {KEY}"})) as m:
+            metrics = dict(line.rsplit(" ", 1) for line in m.read().decode().splitlines()
+                           if line and not line.startswith("#"))
+        if float(metrics["hetero_num_requests_running"]) == 0 and float(metrics["hetero_kv_cache_usage_perc"]) == 0:
+            break
+        time.sleep(0.1)
+    assert float(metrics["hetero_num_requests_running"]) == 0
+    assert float(metrics["hetero_kv_cache_usage_perc"]) == 0
