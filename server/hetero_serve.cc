@@ -3,6 +3,7 @@
 //   hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]
 //                [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]
 //                [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]
+//                [--exit-with-parent]
 //
 // Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
 // /health, /metrics. docs/SERVER.md lists what each accepts; every other field is a 400
@@ -10,6 +11,7 @@
 // period, then are cancelled.
 #include <csignal>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -40,6 +42,7 @@ using hetero::serve::RequestError;
 struct Config {
   std::string model_path, host = "127.0.0.1", api_key, scheduler = "seed", model_name;
   int port = 8080, threads = 0, max_concurrent = 16, max_tokens = 512, grace_seconds = 10;
+  bool exit_with_parent = false;
   size_t max_body_bytes = 8 << 20;
 };
 
@@ -446,7 +449,8 @@ class Server {
 constexpr char kUsage[] =
     "usage: hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]\n"
     "                    [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]\n"
-    "                    [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]\n";
+    "                    [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]\n"
+    "                    [--exit-with-parent]\n";
 
 }  // namespace
 
@@ -475,6 +479,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-body-bytes") number(config.max_body_bytes, 1024);
     else if (a == "--max-tokens") number(config.max_tokens, 1);
     else if (a == "--grace-seconds") number(config.grace_seconds, 0);
+    else if (a == "--exit-with-parent") config.exit_with_parent = true;
     else if (a == "-h" || a == "--help") {
       std::printf("%s", kUsage);
       return 0;
@@ -520,6 +525,15 @@ int main(int argc, char** argv) {
     server.Drain();
     http.stop();
   });
+  // A supervisor that starts us (a Ray Serve replica) may be killed without a chance to stop
+  // us: when our parent changes, drain as on SIGTERM.
+  if (config.exit_with_parent) {
+    const pid_t parent = getppid();
+    std::thread([parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      kill(getpid(), SIGTERM);
+    }).detach();
+  }
   std::fprintf(stderr, "hetero-serve %s: serving '%s' on http://%s:%d\n", hetero::VersionString(),
                config.model_name.c_str(), config.host.c_str(), config.port);
   http.listen_after_bind();

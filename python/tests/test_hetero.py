@@ -5,6 +5,7 @@ repository root: python3 -m pytest python/tests"""
 import json
 import os
 import pathlib
+import subprocess
 import threading
 import time
 import typing
@@ -334,6 +335,10 @@ def test_the_installed_package_carries_its_library():
     assert "site-packages" in package.parts, package
     assert (package / "libhetero_c.so").exists()
     assert hetero.abi_version() >= 2
+    # hetero-serve too (hetero.ray_serve's replicas run it), and it starts from there.
+    serve = package / "bin" / "hetero-serve"
+    assert serve.exists()
+    assert subprocess.run([str(serve), "--help"], capture_output=True, timeout=60).returncode == 0
 
 
 def test_devices(engine):
