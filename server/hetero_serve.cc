@@ -3,7 +3,7 @@
 //   hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]
 //                [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]
 //                [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]
-//                [--exit-with-parent]
+//                [--io-timeout 30] [--exit-with-parent]
 //
 // Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
 // /health, /metrics. docs/SERVER.md lists what each accepts; every other field is a 400
@@ -31,6 +31,7 @@
 #include "hetero/log.h"
 #include "hetero/model.h"
 #include "hetero/version.h"
+#include "server/client_connection.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
@@ -41,7 +42,7 @@ using hetero::serve::RequestError;
 
 struct Config {
   std::string model_path, host = "127.0.0.1", api_key, scheduler = "seed", model_name;
-  int port = 8080, threads = 0, max_concurrent = 16, max_tokens = 512, grace_seconds = 10;
+  int port = 8080, threads = 0, max_concurrent = 16, max_tokens = 512, grace_seconds = 10, io_timeout = 30;
   bool exit_with_parent = false;
   size_t max_body_bytes = 8 << 20;
 };
@@ -193,6 +194,9 @@ class Server {
       case absl::StatusCode::kDeadlineExceeded:
         e.http_status = 504;
         break;
+      case absl::StatusCode::kCancelled:  // the client went away (nginx's "client closed request")
+        e.http_status = 499;
+        break;
       case absl::StatusCode::kUnimplemented:
         e.http_status = 400;
         break;
@@ -296,8 +300,13 @@ class Server {
     const std::string id = NextId("chatcmpl-");
     if (!request->stream) {
       Tracked tracked(*this, session.get());
-      absl::StatusOr<hetero::RunResult> result = request->resume ? session->Continue(request->run)
-                                                                 : session->Run(request->user_message, request->run);
+      // A client that closes its connection cancels the run at its next piece of text.
+      const hetero::serve::ClientConnection client =
+          hetero::serve::ClientConnection::Find(req.remote_addr, req.remote_port, req.local_port);
+      hetero::RunOptions run = request->run;
+      run.on_text = [client](std::string_view) { return client.Open(); };
+      absl::StatusOr<hetero::RunResult> result =
+          request->resume ? session->Continue(run) : session->Run(request->user_message, run);
       if (!result.ok()) return StatusError(res, endpoint, result.status());
       metrics_.CountGeneration(result->report);
       Json message = {{"role", "assistant"}, {"content", result->text}};
@@ -370,7 +379,11 @@ class Server {
     if (!KnownModel(request->model, res, endpoint)) return;
     const std::string id = NextId("cmpl-");
     if (!request->stream) {
-      absl::StatusOr<hetero::CompletionResult> result = engine_->Complete(request->prompt, request->options);
+      const hetero::serve::ClientConnection client =
+          hetero::serve::ClientConnection::Find(req.remote_addr, req.remote_port, req.local_port);
+      hetero::CompletionOptions options = request->options;
+      options.on_text = [client](std::string_view) { return client.Open(); };
+      absl::StatusOr<hetero::CompletionResult> result = engine_->Complete(request->prompt, options);
       if (!result.ok()) return StatusError(res, endpoint, result.status());
       metrics_.CountGeneration(result->report);
       Json choice = {{"index", 0},
@@ -450,7 +463,7 @@ constexpr char kUsage[] =
     "usage: hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]\n"
     "                    [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]\n"
     "                    [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]\n"
-    "                    [--exit-with-parent]\n";
+    "                    [--io-timeout 30] [--exit-with-parent]\n";
 
 }  // namespace
 
@@ -480,6 +493,7 @@ int main(int argc, char** argv) {
     else if (a == "--max-tokens") number(config.max_tokens, 1);
     else if (a == "--grace-seconds") number(config.grace_seconds, 0);
     else if (a == "--exit-with-parent") config.exit_with_parent = true;
+    else if (a == "--io-timeout") number(config.io_timeout, 1);
     else if (a == "-h" || a == "--help") {
       std::printf("%s", kUsage);
       return 0;
@@ -511,8 +525,10 @@ int main(int argc, char** argv) {
   httplib::Server http;
   const int workers = config.max_concurrent + 4;  // over the limit: 429 answered, not queued
   http.new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
-  http.set_read_timeout(std::chrono::seconds(30));
-  http.set_write_timeout(std::chrono::seconds(30));
+  // A client that stalls sending its request, or stops reading a stream, is dropped after
+  // --io-timeout seconds (its stream's generation then ends as cancelled).
+  http.set_read_timeout(std::chrono::seconds(config.io_timeout));
+  http.set_write_timeout(std::chrono::seconds(config.io_timeout));
   server.Install(http);
   if (!http.bind_to_port(config.host, config.port)) {
     return Fail("cannot listen on " + config.host + ":" + std::to_string(config.port));

@@ -34,7 +34,8 @@ def server():
         pytest.skip(f"needs {SERVE} and {MODEL}")
     port = _free_port()
     process = subprocess.Popen([str(SERVE), "-m", str(MODEL), "--port", str(port), "--api-key", KEY, "-t", "2",
-                                "--max-concurrent", "4", "--max-body-bytes", "65536", "--model-name", "smol"],
+                                "--max-concurrent", "4", "--max-body-bytes", "65536", "--model-name", "smol",
+                                "--io-timeout", "3"],
                                stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -147,6 +148,55 @@ def test_errors_and_still_serving(server, client):
     assert status == 400
     r = client.chat.completions.create(model="smol", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
     assert r.choices[0].message.content is not None
+
+
+def test_a_client_that_stalls_is_dropped_and_the_server_serves_on(server, client):
+    # Half a request, then nothing: the server closes the connection after --io-timeout (3 s).
+    host, port = server.rsplit(":", 1)
+    with socket.create_connection((host.split("//")[1], int(port)), timeout=30) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mo")
+        start = time.monotonic()
+        while s.recv(4096):  # whatever answer, then the close
+            pass
+        assert time.monotonic() - start < 20
+    r = client.chat.completions.create(model="smol", max_tokens=2, messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content is not None
+
+
+def _metrics(server):
+    request = urllib.request.Request(server + "/metrics", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(request, timeout=10) as r:
+        return dict(line.rsplit(" ", 1) for line in r.read().decode().splitlines() if line and not line.startswith("#"))
+
+
+# Prompts that run for thousands of tokens here (greedy): the request is still generating when
+# its client goes away.
+_LONG_RUNS = {
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Repeat after me, without stopping: "
+                                           + ", ".join(str(i) for i in range(1, 31)) + ","}]},
+    "/v1/completions": {"prompt": ", ".join(str(i) for i in range(1, 11)) + ","},
+}
+
+
+@pytest.mark.parametrize("endpoint", sorted(_LONG_RUNS))
+def test_a_client_that_goes_away_cancels_a_request_not_streamed(server, endpoint):
+    cancelled = f'hetero_requests_total{{endpoint="{endpoint}",code="499"}}'
+    before = float(_metrics(server).get(cancelled, 0))
+    body = json.dumps({"model": "smol", "max_tokens": 2000, "temperature": 0, **_LONG_RUNS[endpoint]})
+    host, port = server.split("//")[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall((f"POST {endpoint} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+        time.sleep(1.0)  # generating: 2000 tokens take well over ten seconds here
+    closed = time.monotonic()
+    while time.monotonic() - closed < 10:
+        m = _metrics(server)
+        if float(m.get(cancelled, 0)) > before and float(m["hetero_num_requests_running"]) == 0:
+            break
+        time.sleep(0.05)
+    assert float(m.get(cancelled, 0)) == before + 1  # ended as cancelled, not by finishing
+    assert float(m["hetero_num_requests_running"]) == 0 and float(m["hetero_kv_cache_usage_perc"]) == 0
+    assert time.monotonic() - closed < 5
 
 
 def test_metrics(server, client):
