@@ -201,6 +201,19 @@ def load_layers(c, layers, get, has_tensor):
     return out
 
 
+def lora_delta(adapter, name, shape):
+    """A LoRA adapter's term merged into W (llama.cpp's adapter format, written by
+    WriteTinyAdapter in tests/support/tiny_model.cc): apply_scale * (alpha / rank) * B @ A,
+    apply_scale alone where alpha is 0; A = name.lora_a [inputs, rank], B = name.lora_b
+    [rank, outputs] in ggml order, values scale * u from the tiny model's generator."""
+    r = adapter["rank"]
+    aopts = {"seed": adapter["seed"], "weight_type": adapter["type"]}
+    a = tiny_tensor(aopts, name + ".lora_a", [shape[0], r], True, 0.0, adapter["scale"])  # (r, in)
+    b = tiny_tensor(aopts, name + ".lora_b", [r, shape[1]], True, 0.0, adapter["scale"])  # (out, r)
+    factor = adapter["apply_scale"] * (adapter["alpha"] / r if adapter["alpha"] > 0 else 1.0)
+    return factor * (b @ a)
+
+
 def tiny_model(opts):
     w = Weights()
     arch = opts["architecture"]
@@ -213,12 +226,17 @@ def tiny_model(opts):
     layers = arch_layout(arch, c, c["n_layers"], lambda k, d: meta.get(k, d), lambda n: n in names)
     e, s = c["n_embd"], 0.02
 
+    adapter = opts.get("adapter")
+
     def get(name, shape):
         is_norm = name.endswith("norm.weight")
         is_bias = name.endswith(".bias")
         if ".ffn_gate_inp" in name:  # routers: F32, scale 0.5 (tests/support/tiny_model.cc)
             return tiny_tensor(opts, name, shape, False, 0.0, 0.5)
-        return tiny_tensor(opts, name, shape, not (is_norm or is_bias), 1.0 if is_norm else 0.0, 0.1 if is_norm else s)
+        w = tiny_tensor(opts, name, shape, not (is_norm or is_bias), 1.0 if is_norm else 0.0, 0.1 if is_norm else s)
+        if adapter and name in adapter["targets"]:
+            w = w + lora_delta(adapter, name, shape)
+        return w
 
     w.embd = get("token_embd.weight", [e, c["n_vocab"]])
     w.out_norm = get("output_norm.weight", [e])
@@ -482,6 +500,21 @@ TINY = [
     dict(name="tiny-qwen3moe", architecture="qwen3moe", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, head_dim=32,
          n_ff=96, n_vocab=69, context_length=128, rope_freq_base=1000000.0, rms_norm_eps=1e-6, tied_embeddings=True,
          n_experts=8, n_experts_used=4, n_ff_expert=32, weight_type="Q8_0", seed=26),
+    # Appended with LoRA adapters: the base model with an adapter's term merged into its
+    # weights in float64; the C++ tests load the base and apply the adapter at run time.
+    dict(name="tiny-llama-lora", architecture="llama", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=96,
+         n_vocab=85, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=False,
+         weight_type="Q8_0", seed=27,
+         adapter=dict(rank=4, alpha=8.0, scale=0.05, apply_scale=0.75, type="F32", seed=28,
+                      targets=[f"blk.{i}.{m}.weight" for i in range(2) for m in
+                               ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")]
+                      + ["output.weight"])),
+    dict(name="tiny-phi3-lora", architecture="phi3", n_layers=2, n_embd=64, n_heads=4, n_kv_heads=2, n_ff=96,
+         n_vocab=78, context_length=128, rope_freq_base=10000.0, rms_norm_eps=1e-5, tied_embeddings=True,
+         sliding_window=16, weight_type="F16", seed=29,
+         adapter=dict(rank=3, alpha=0.0, scale=0.06, apply_scale=1.5, type="F16", seed=30,
+                      targets=["blk.0.attn_qkv.weight", "blk.0.ffn_up.weight", "blk.1.attn_qkv.weight",
+                               "blk.1.attn_output.weight", "blk.1.ffn_down.weight"])),
 ]
 
 DEFAULT_PROMPTS = [

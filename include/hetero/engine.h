@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -286,6 +287,9 @@ struct CompletionOptions {
   // Each piece of text as it becomes final (never half a character, never part of a stop
   // string); return false to cancel (the completion ends Cancelled).
   std::function<bool(std::string_view piece)> on_text;
+  // A LoRA adapter loaded with Engine::LoadAdapter, by name, and its scale; empty: none.
+  std::string adapter;
+  float adapter_scale = 1.0f;
 };
 
 struct CompletionResult {
@@ -317,6 +321,17 @@ class HETERO_EXPORT Session {
 
   // Ends the Run in progress (from any thread); its KV cache is released.
   void Cancel();
+
+  // Runs from the next one on apply the engine's LoRA adapter `name` (Engine::LoadAdapter)
+  // scaled by `scale` (1: as trained; 0 gives the base model's results); an empty name
+  // removes it. The KV the session holds was computed without it, so it is released and the
+  // next run encodes the conversation again; sessions share cached prompt blocks only with
+  // sessions of the same adapter and scale. Runs with an adapter are placed on devices that
+  // apply adapters (the CPU; rule "device-unavailable" otherwise). NotFound for a name not
+  // loaded; InvalidArgument for a scale that is not finite; FailedPrecondition during a Run.
+  absl::Status SetAdapter(const std::string& name, float scale = 1.0f);
+  // The adapter's name ("" for none) and scale.
+  std::pair<std::string, float> adapter() const;
 
   // The conversation so far (do not call during a Run).
   std::vector<ChatMessage> messages() const;
@@ -375,6 +390,15 @@ class HETERO_EXPORT Engine {
   absl::StatusOr<CompletionResult> Complete(const std::string& prompt, const CompletionOptions& options = {});
   absl::StatusOr<CompletionResult> CompleteTokens(const std::vector<int32_t>& prompt,
                                                   const CompletionOptions& options = {});
+  // Loads a LoRA adapter in llama.cpp's GGUF adapter format (convert_lora_to_gguf.py) for
+  // Session::SetAdapter and CompletionOptions::adapter to name; it stays loaded as long as
+  // the engine. NotFound for a missing file; InvalidArgument (naming the file and the key or
+  // tensor) for a file that is not a LoRA adapter, adapts another architecture, or does not
+  // fit this model's tensors; Unimplemented for tensors hetero cannot adapt (the embedding
+  // lookup, experts, norms); AlreadyExists for a name in use; InvalidArgument for an empty name.
+  absl::Status LoadAdapter(const std::string& name, const std::string& path);
+  // The loaded adapters' names, sorted.
+  std::vector<std::string> adapters() const;
   // Floats per embedding (the model's hidden size).
   int embedding_dimension() const;
   // The loaded model's tokenizer, for token ids in and out (thread-safe; lives as long as

@@ -77,6 +77,7 @@ struct DeviceSnapshot {
   bool available = false;
   std::string unavailable_reason;
   bool can_embed = false;         // runs Stage::kEmbed (Engine::Embed)
+  bool can_apply_adapters = false;  // runs sessions with a LoRA adapter (Session::SetAdapter)
   int queued_tasks = 0;
   int active_tasks = 0;
   int64_t kv_capacity_tokens = 0;
@@ -116,14 +117,17 @@ struct TaskState {
   // the CPU. `out_of_memory_message` says what failed.
   std::optional<Device> out_of_memory_device;
   std::string out_of_memory_message;
+  // The LoRA adapter the task's session uses (Session::SetAdapter); empty: none. Only
+  // devices with DeviceSnapshot::can_apply_adapters run its encode and decode.
+  std::string adapter;
 };
 
 // The rules the engine applies to a policy's placement unless it sets override_rules, each
 // reported as "; rule <name>: <why>" at the end of the reason:
 //  - "out-of-memory": a round re-asked after a device ran out of memory runs on the CPU;
 //  - "small-answer": a brief answer (TaskState::small_answer) is encoded and decoded on the CPU;
-//  - "device-unavailable": a device that is not available (or, for kEmbed, cannot embed)
-//    is replaced by the CPU; a KV policy of swap-to-host for KV already on the CPU becomes keep.
+//  - "device-unavailable": a device that is not available (or, for kEmbed, cannot embed;
+//    for a task with an adapter, cannot apply adapters) is replaced by the CPU; a KV policy of swap-to-host for KV already on the CPU becomes keep.
 // The hand-off of a prompt from Understand's device to Generate's is reported as rule
 // "prefill-handoff" in the Understand stage's reason; a policy avoids it by placing both
 // stages on one device.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/lora_delta.h"
 #include "src/cpu/quant_matmul.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/model_impl.h"
@@ -192,12 +193,14 @@ absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
   SavedSequence saved;
   saved.tokens = length;
   saved.token_ids = kv_.Tokens(seq);
+  saved.adapter = AdapterOf(seq);
   const std::vector<int32_t>& blocks = kv_.Blocks(seq);
   HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(blocks.size() * kv_block_floats_));
   for (size_t i = 0; i < blocks.size(); ++i) {
     std::copy_n(KvBlock(blocks[i]), kv_block_floats_, saved.data.data() + i * kv_block_floats_);
   }
   kv_.FreeSequence(seq);
+  adapters_.erase(seq);
   return saved;
 }
 
@@ -276,6 +279,33 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     }
   };
 
+  // LoRA: the runs of consecutive rows whose sequence has an adapter, and the low-rank term
+  // each adds after a matrix product (input and output rows as the adapter's matrix says).
+  struct AdapterRun {
+    int begin, end;
+    const LoraAdapter* adapter;
+    float scale;
+  };
+  std::vector<AdapterRun> adapter_runs;
+  if (!adapters_.empty()) {
+    for (int r = 0; r < T; ++r) {
+      if (r == 0 || rows[r].seq != rows[r - 1].seq) {
+        const SequenceAdapter& a = AdapterOf(rows[r].seq);
+        if (a.active()) adapter_runs.push_back({r, r + 1, a.adapter.get(), a.scale});
+      } else if (!adapter_runs.empty() && adapter_runs.back().end == r) {
+        adapter_runs.back().end = r + 1;
+      }
+    }
+  }
+  const auto add_lora = [&](int l, LoraMatrix LoraLayer::*matrix, const float* x, float* y) {
+    for (const AdapterRun& run : adapter_runs) {
+      const LoraMatrix& m = run.adapter->layers[static_cast<size_t>(l)].*matrix;
+      if (!m.present()) continue;
+      AddLoraDelta(m, run.scale, x + static_cast<size_t>(run.begin) * m.inputs, run.end - run.begin,
+                   y + static_cast<size_t>(run.begin) * m.outputs);
+    }
+  };
+
   const int bt = options_.kv_block_tokens;
   const size_t layer_stride = kv_layout_.layer_floats();
   const int n_layers = hidden != nullptr && hidden_layers > 0 ? std::min(hidden_layers, c.n_layers) : c.n_layers;
@@ -287,6 +317,9 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
       const Linear* qkv[] = {layer.q.get(), layer.k.get(), layer.v.get()};
       float* out[] = {w.q.data(), w.k.data(), w.v.data()};
       HETERO_RETURN_IF_ERROR(ForwardSameInput(qkv, w.h.data(), T, out, w.scratch));
+      add_lora(l, &LoraLayer::q, w.h.data(), w.q.data());
+      add_lora(l, &LoraLayer::k, w.h.data(), w.k.data());
+      add_lora(l, &LoraLayer::v, w.h.data(), w.v.data());
     }
     AddBias(w.q.data(), layer.q_bias, T);
     AddBias(w.k.data(), layer.k_bias, T);
@@ -329,6 +362,7 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     }
     attention_->Run(w.q.data(), T, positions.data(), row_kv, layer.sliding_window, w.att.data());
     HETERO_RETURN_IF_ERROR(layer.o->Forward(w.att.data(), T, w.tmp.data(), w.scratch));
+    add_lora(l, &LoraLayer::o, w.att.data(), w.tmp.data());
     add_residual(layer.post_attn_norm, T);
     // Feed-forward block.
     RmsNorm(w.x.data(), layer.ffn_norm.data(), T, E, c.rms_norm_eps, w.h.data());
@@ -338,12 +372,15 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
       const Linear* gate_up[] = {layer.gate.get(), layer.up.get()};
       float* out[] = {w.gate.data(), w.up.data()};
       HETERO_RETURN_IF_ERROR(ForwardSameInput(gate_up, w.h.data(), T, out, w.scratch));
+      add_lora(l, &LoraLayer::gate, w.h.data(), w.gate.data());
+      add_lora(l, &LoraLayer::up, w.h.data(), w.up.data());
       if (d.activation == FfnActivation::kGeluTanh) {
         GeluTanhMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
       } else {
         SiluMul(w.gate.data(), w.up.data(), static_cast<size_t>(T) * F);
       }
       HETERO_RETURN_IF_ERROR(layer.down->Forward(w.gate.data(), T, w.tmp.data(), w.scratch));
+      add_lora(l, &LoraLayer::down, w.gate.data(), w.tmp.data());
     }
     add_residual(layer.post_ffn_norm, T);
   }
@@ -359,6 +396,15 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   }
   RmsNorm(w.tmp.data(), output_norm_.data(), n_out, E, c.rms_norm_eps, w.h.data());
   HETERO_RETURN_IF_ERROR(output_->Forward(w.h.data(), n_out, logits, w.scratch));
+  for (const AdapterRun& run : adapter_runs) {
+    const LoraMatrix& m = run.adapter->output;
+    if (!m.present()) continue;
+    for (int i = 0; i < n_out; ++i) {
+      if (logit_rows[i] >= run.begin && logit_rows[i] < run.end) {
+        AddLoraDelta(m, run.scale, w.h.data() + static_cast<size_t>(i) * E, 1, logits + static_cast<size_t>(i) * c.n_vocab);
+      }
+    }
+  }
   if (d.logit_scale != 1.0f) ScaleInPlace(logits, d.logit_scale, static_cast<size_t>(n_out) * c.n_vocab);
   for (const Row& r : rows) kv_.Advance(r.seq, 1);
   return absl::OkStatus();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,20 @@ struct BackendInfo {
 
 using SequenceId = int32_t;
 
+struct LoraAdapter;  // src/runtime/lora.h
+
+// The LoRA adapter a sequence's matrix products apply, with the user's scale. A sequence's
+// KV depends on it, so sequences share KV blocks only with sequences of the same adapter and
+// scale (kv_domain).
+struct SequenceAdapter {
+  std::shared_ptr<const LoraAdapter> adapter;  // null: none
+  float scale = 1.0f;
+
+  bool active() const { return adapter != nullptr; }
+  // 0 without an adapter; otherwise a value naming this adapter object and scale.
+  uint64_t kv_domain() const;
+};
+
 // A sequence's KV cache copied to host memory (swap-out while its task waits on a tool, or
 // a CPU prefill on its way to the GPU). The CPU and CUDA backends share one block layout,
 // so either reads what the other saved (the KV handoff).
@@ -39,6 +54,8 @@ struct SavedSequence {
   // The token ids, when the backend knew them (prefix sharing); empty otherwise. SwapIn
   // with them makes the copy's full blocks shareable again.
   std::vector<int32_t> token_ids;
+  // The adapter the KV was computed with; SwapIn gives the new sequence the same one.
+  SequenceAdapter adapter;
 };
 
 // A backend's KV cache in tokens: blocks shared by several sequences count once in
@@ -72,6 +89,15 @@ class Backend {
   virtual void FreeSequence(SequenceId seq) = 0;
   // Tokens the sequence holds.
   virtual absl::StatusOr<int> SequenceLength(SequenceId seq) const = 0;
+  // LoRA adapters (src/runtime/lora.h): whether this backend applies them, and the adapter
+  // of a sequence, set while it is empty (FailedPrecondition otherwise; Unimplemented where
+  // the backend cannot apply adapters).
+  virtual bool can_apply_adapters() const { return false; }
+  virtual absl::Status SetSequenceAdapter(SequenceId seq, const SequenceAdapter& adapter) {
+    (void)seq;
+    if (!adapter.active()) return absl::OkStatus();
+    return absl::UnimplementedError(absl::StrCat(info().name, " cannot apply LoRA adapters"));
+  }
   // Keeps the first `length` tokens (prefix reuse, rollback).
   virtual absl::Status TruncateSequence(SequenceId seq, int length) = 0;
   // Cross-sequence prefix sharing: appends to `seq` the KV blocks another sequence already

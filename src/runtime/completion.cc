@@ -39,17 +39,21 @@ absl::StatusOr<CompletionResult> Engine::CompleteTokens(const std::vector<int32_
     }
   }
   HETERO_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(options.sampling));
+  SessionKv kv;  // the completion's sequence: its adapter
+  HETERO_ASSIGN_OR_RETURN(kv.adapter, impl_->FindAdapter(options.adapter, options.adapter_scale));
+  kv.adapter_name = options.adapter;
   const Clock::time_point start = Clock::now();
   TaskState state;
   state.task_id = impl_->next_task++;
   state.prompt_tokens = static_cast<int>(prompt.size());
   state.uncached_prompt_tokens = state.prompt_tokens;
   state.max_new_tokens = options.max_tokens;
+  state.adapter = options.adapter;
   // A completion has no earlier KV to hand over: it is encoded where it is decoded.
   const Placement placement = impl_->placer->Place(Stage::kGenerate, state);
   DeviceWorker& worker = impl_->devices->Worker(placement.device);
   Backend& backend = worker.backend();
-  HETERO_ASSIGN_OR_RETURN(SequenceId seq, backend.NewSequence());
+  HETERO_ASSIGN_OR_RETURN(SequenceId seq, NewSessionSequence(backend, kv));
 
   auto job = std::make_shared<GenerationJob>();
   job->seq = seq;

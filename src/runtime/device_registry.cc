@@ -50,6 +50,7 @@ SystemSnapshot DeviceRegistry::Snapshot(double host_device_gb_per_s, bool calibr
     if (d.available()) {
       ds.name = d.backend->info().name;
       ds.can_embed = d.backend->can_embed();
+      ds.can_apply_adapters = d.backend->can_apply_adapters();
       ds.queued_tasks = d.worker->queued();
       ds.active_tasks = d.worker->active();
       ds.kv_capacity_tokens = d.backend->kv_capacity_tokens();

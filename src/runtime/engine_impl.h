@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "hetero/model.h"
 #include "src/runtime/device_registry.h"
 #include "src/runtime/energy/energy_meter.h"
+#include "src/runtime/lora.h"
 #include "src/runtime/placer.h"
 #include "src/runtime/session_kv.h"
 #include "src/runtime/stages/task_context.h"
@@ -54,6 +56,10 @@ struct Engine::Impl {
 
   mutable Mutex mu;
   std::vector<std::weak_ptr<Session::State>> sessions ABSL_GUARDED_BY(mu);
+  // LoRA adapters by name (Engine::LoadAdapter).
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters ABSL_GUARDED_BY(mu);
+  // The adapter of `name` with `scale`, or NotFound / InvalidArgument.
+  absl::StatusOr<SequenceAdapter> FindAdapter(const std::string& name, float scale) const;
 
   ~Impl() {
     energy.reset();   // its thread reads the workers' busy time

@@ -138,6 +138,7 @@ void KvBlockTable::RegisterFullBlocks(Sequence& s, int from_block) {
     BlockKey key;
     key.parent = parent;
     key.parent_generation = parent >= 0 ? blocks_[parent].generation : 0;
+    key.domain = s.domain;
     key.tokens.assign(s.tokens.begin() + static_cast<ptrdiff_t>(i) * block_tokens_,
                       s.tokens.begin() + static_cast<ptrdiff_t>(i + 1) * block_tokens_);
     // Another sequence encoded the same block first: ours stays private, and so do the
@@ -210,6 +211,7 @@ int KvBlockTable::AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> t
   while (static_cast<size_t>(s.length) + bt <= limit) {
     key.parent = parent;
     key.parent_generation = parent >= 0 ? blocks_[parent].generation : 0;
+    key.domain = s.domain;
     key.tokens.assign(tokens.begin() + s.length, tokens.begin() + s.length + static_cast<ptrdiff_t>(bt));
     auto found = registry_.find(key);
     if (found == registry_.end()) break;
@@ -225,6 +227,19 @@ int KvBlockTable::AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> t
   }
   attached_tokens_total_ += attached;
   return attached;
+}
+
+absl::Status KvBlockTable::SetDomain(SequenceId seq, uint64_t domain) {
+  auto it = sequences_.find(seq);
+  if (it == sequences_.end()) return absl::NotFoundError(absl::StrCat("no sequence ", seq));
+  Sequence& s = it->second;
+  if (s.domain == domain) return absl::OkStatus();
+  if (s.length != 0 || !s.blocks.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " already holds ", s.length,
+                                                      " tokens; its adapter is set while it is empty"));
+  }
+  s.domain = domain;
+  return absl::OkStatus();
 }
 
 int KvBlockTable::BlockOf(SequenceId seq, int position) const {

@@ -58,6 +58,10 @@ class KvBlockTable {
   // The KV of this sequence is not a function of its tokens (embeddings that stop after a
   // few layers leave the later layers unwritten): none of its blocks is ever shared.
   void MarkPrivate(SequenceId seq);
+  // What else the sequence's KV depends on beyond its tokens (a LoRA adapter:
+  // SequenceAdapter::kv_domain); blocks are shared only within one domain. Set while the
+  // sequence is empty (FailedPrecondition otherwise).
+  absl::Status SetDomain(SequenceId seq, uint64_t domain);
 
   // Appends to `seq` the longest run of registered blocks that continue it with the next
   // tokens of `tokens` (whose first Length(seq) tokens must be what the sequence holds),
@@ -95,19 +99,22 @@ class KvBlockTable {
     std::vector<int32_t> blocks;
     std::vector<int32_t> tokens;  // written then reserved; empty when !known_tokens
     bool known_tokens = true;
+    uint64_t domain = 0;
   };
   // What a registered block holds: the block it continues (-1 for the first), that
   // block's generation when registered, and its own tokens.
   struct BlockKey {
     int32_t parent = -1;
     uint32_t parent_generation = 0;
+    uint64_t domain = 0;
     std::vector<int32_t> tokens;
     bool operator==(const BlockKey& o) const {
-      return parent == o.parent && parent_generation == o.parent_generation && tokens == o.tokens;
+      return parent == o.parent && parent_generation == o.parent_generation && domain == o.domain &&
+             tokens == o.tokens;
     }
     template <typename H>
     friend H AbslHashValue(H h, const BlockKey& k) {
-      return H::combine(std::move(h), k.parent, k.parent_generation, k.tokens);
+      return H::combine(std::move(h), k.parent, k.parent_generation, k.domain, k.tokens);
     }
   };
   struct BlockState {

@@ -30,6 +30,27 @@ absl::StatusOr<SequenceId> PagedBackend::NewSequence() {
 void PagedBackend::FreeSequence(SequenceId seq) {
   MutexLock lock(&mutex_);
   if (kv_.Contains(seq)) kv_.FreeSequence(seq);
+  adapters_.erase(seq);
+}
+
+absl::Status PagedBackend::SetSequenceAdapter(SequenceId seq, const SequenceAdapter& adapter) {
+  if (adapter.active() && !can_apply_adapters()) return Backend::SetSequenceAdapter(seq, adapter);
+  if (adapter.active() && !(adapter.scale == adapter.scale)) return absl::InvalidArgumentError("adapter scale is NaN");
+  MutexLock lock(&mutex_);
+  if (!kv_.Contains(seq)) return absl::NotFoundError(absl::StrCat(name_, ": no sequence ", seq));
+  HETERO_RETURN_IF_ERROR(kv_.SetDomain(seq, adapter.kv_domain()));
+  if (adapter.active()) {
+    adapters_[seq] = adapter;
+  } else {
+    adapters_.erase(seq);
+  }
+  return absl::OkStatus();
+}
+
+const SequenceAdapter& PagedBackend::AdapterOf(SequenceId seq) const {
+  static const SequenceAdapter kNone;
+  auto it = adapters_.find(seq);
+  return it == adapters_.end() ? kNone : it->second;
 }
 
 absl::StatusOr<int> PagedBackend::SequenceLength(SequenceId seq) const {
@@ -143,19 +164,24 @@ absl::StatusOr<PagedBackend::SwapInTarget> PagedBackend::NewSequenceFor(const Sa
   if (kv_.live_sequences() >= max_sequences_) {
     return absl::ResourceExhaustedError(absl::StrCat(name_, ": ", max_sequences_, " sequences live, the maximum"));
   }
+  if (saved.adapter.active() && !can_apply_adapters()) {
+    return absl::UnimplementedError(absl::StrCat(name_, " cannot apply LoRA adapters, and this KV was computed with one"));
+  }
   SwapInTarget target;
   target.seq = kv_.NewSequence();
-  absl::Status s;
-  if (static_cast<int>(saved.token_ids.size()) == saved.tokens) {
+  // The adapter first: prefix blocks attach only within its KV domain.
+  absl::Status s = kv_.SetDomain(target.seq, saved.adapter.kv_domain());
+  if (s.ok() && static_cast<int>(saved.token_ids.size()) == saved.tokens) {
     target.attached_tokens = kv_.AttachCachedPrefix(target.seq, saved.token_ids, saved.tokens);
     s = kv_.Reserve(target.seq, absl::MakeConstSpan(saved.token_ids).subspan(static_cast<size_t>(target.attached_tokens)));
-  } else {
+  } else if (s.ok()) {
     s = kv_.Reserve(target.seq, saved.tokens);
   }
   if (!s.ok()) {
     kv_.FreeSequence(target.seq);
     return s;
   }
+  if (saved.adapter.active()) adapters_[target.seq] = saved.adapter;
   target.first_block_to_copy = static_cast<size_t>(target.attached_tokens / kv_block_tokens_);
   return target;
 }

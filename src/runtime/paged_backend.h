@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "hetero/model.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/kv_cache.h"
@@ -22,6 +23,8 @@ class PagedBackend : public Backend {
   absl::StatusOr<SequenceId> NewSequence() override;
   void FreeSequence(SequenceId seq) override;
   absl::StatusOr<int> SequenceLength(SequenceId seq) const override;
+  // Kept here for every backend; only those whose can_apply_adapters() accept one.
+  absl::Status SetSequenceAdapter(SequenceId seq, const SequenceAdapter& adapter) override;
   absl::Status TruncateSequence(SequenceId seq, int length) override;
   absl::StatusOr<int> AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> tokens, int max_length) override;
   int kv_capacity_tokens() const override;
@@ -64,6 +67,8 @@ class PagedBackend : public Backend {
     size_t first_block_to_copy = 0;
   };
   absl::StatusOr<SwapInTarget> NewSequenceFor(const SavedSequence& saved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The adapter of a sequence (inactive when it has none).
+  const SequenceAdapter& AdapterOf(SequenceId seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const std::string name_;
   const int kv_block_tokens_;
@@ -72,6 +77,7 @@ class PagedBackend : public Backend {
   const int max_sequences_;
   mutable Mutex mutex_;
   KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<SequenceId, SequenceAdapter> adapters_ ABSL_GUARDED_BY(mutex_);  // active ones only
 };
 
 }  // namespace hetero

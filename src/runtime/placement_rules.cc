@@ -46,9 +46,12 @@ std::string_view KvPolicyName(KvPolicy policy) {
 
 namespace {
 
-// Runs the stage: available, and able to embed when the stage is kEmbed.
-bool CanRun(Stage stage, const DeviceSnapshot* d) {
-  return d != nullptr && d->available && (stage != Stage::kEmbed || d->can_embed);
+// Runs the stage: available, able to embed when the stage is kEmbed, and to apply the
+// task's adapter when it encodes or decodes with one.
+bool CanRun(Stage stage, const TaskState& task, const DeviceSnapshot* d) {
+  const bool needs_adapter = !task.adapter.empty() && (stage == Stage::kUnderstand || stage == Stage::kGenerate);
+  return d != nullptr && d->available && (stage != Stage::kEmbed || d->can_embed) &&
+         (!needs_adapter || d->can_apply_adapters);
 }
 
 void MoveToCpu(Stage stage, const TaskState& task, Placement& p, std::string_view rule, std::string_view why) {
@@ -74,14 +77,16 @@ Placement ApplyPlacementRules(Stage stage, const TaskState& task, const SystemSn
     MoveToCpu(stage, task, p, "small-answer", absl::StrCat("route '", task.route, "' answers briefly on the cpu"));
   }
   const DeviceSnapshot* chosen = system.Find(p.device);
-  if (p.device != Device::kCpu && !CanRun(stage, chosen)) {
+  if (p.device != Device::kCpu && !CanRun(stage, task, chosen)) {
     std::string why;
     if (chosen == nullptr) {
       why = absl::StrCat(DeviceName(p.device), " is not one of the engine's devices, cpu used");
     } else if (!chosen->available) {
       why = absl::StrCat(DeviceName(p.device), " unavailable, cpu used");
-    } else {
+    } else if (stage == Stage::kEmbed) {
       why = absl::StrCat(DeviceName(p.device), " cannot compute embeddings, cpu used");
+    } else {
+      why = absl::StrCat(DeviceName(p.device), " cannot apply LoRA adapters (adapter '", task.adapter, "'), cpu used");
     }
     MoveToCpu(stage, task, p, "device-unavailable", why);
   }

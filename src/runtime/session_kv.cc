@@ -20,6 +20,16 @@ bool MoveSessionKv(DeviceRegistry& devices, SessionKv& kv, Device device) {
   return false;
 }
 
+absl::StatusOr<SequenceId> NewSessionSequence(Backend& backend, const SessionKv& kv) {
+  absl::StatusOr<SequenceId> seq = backend.NewSequence();
+  if (!seq.ok() || !kv.adapter.active()) return seq;
+  if (absl::Status s = backend.SetSequenceAdapter(*seq, kv.adapter); !s.ok()) {
+    backend.FreeSequence(*seq);
+    return s;
+  }
+  return seq;
+}
+
 void ReleaseSessionKv(DeviceRegistry& devices, SessionKv& kv) {
   if (kv.seq.has_value()) devices.Worker(kv.device).backend().FreeSequence(*kv.seq);
   kv.seq.reset();

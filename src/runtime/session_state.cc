@@ -101,7 +101,9 @@ nlohmann::json ConversationJson(const SessionStateData& s) {
   for (const auto& [index, turn] : s.generated) {
     generated.push_back({{"message", index}, {"format", static_cast<int>(turn.format)}, {"text", turn.text}});
   }
-  return {{"messages", messages}, {"generated", generated}};
+  nlohmann::json j = {{"messages", messages}, {"generated", generated}};
+  if (!s.adapter.empty()) j["adapter"] = {{"name", s.adapter}, {"scale", s.adapter_scale}};
+  return j;
 }
 
 absl::Status Malformed(const std::string& what) {
@@ -164,6 +166,17 @@ absl::Status ParseConversation(std::string_view text, SessionStateData& s) {
     absl::StatusOr<std::string> text = StringField(g, "text", where);
     if (!text.ok()) return text.status();
     s.generated[g["message"].get<size_t>()] = {static_cast<ToolCallFormat>(g["format"].get<int>()), *text};
+  }
+  if (j.contains("adapter")) {
+    const nlohmann::json& a = j["adapter"];
+    absl::StatusOr<std::string> name = StringField(a, "name", "adapter");
+    if (!name.ok()) return name.status();
+    if (name->empty() || !a.contains("scale") || !a["scale"].is_number() ||
+        !std::isfinite(a["scale"].get<double>())) {
+      return Malformed("adapter has no name or no finite scale");
+    }
+    s.adapter = *name;
+    s.adapter_scale = a["scale"].get<float>();
   }
   return absl::OkStatus();
 }

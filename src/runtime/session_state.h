@@ -47,6 +47,10 @@ struct SessionStateData {
   GeneratedTurns generated;
   std::vector<int32_t> kv_tokens;  // what the KV holds
   std::vector<float> kv;           // ceil(kv_tokens / block_tokens) blocks; empty without KV
+  // The LoRA adapter the session uses (Session::SetAdapter), by name; empty: none. In the
+  // conversation JSON as "adapter": {"name", "scale"}, absent without one.
+  std::string adapter;
+  float adapter_scale = 1.0f;
 };
 
 std::string EncodeSessionState(const SessionStateData& state);

@@ -52,6 +52,8 @@ absl::StatusOr<std::string> Session::SaveState() {
     s.running = true;
     data.messages = s.messages;
     data.generated = s.generated;
+    data.adapter = s.kv.adapter_name;
+    data.adapter_scale = s.kv.adapter.scale;
   }
   absl::Status status = absl::OkStatus();
   if (s.kv.seq.has_value() && !s.kv.tokens.empty()) {
@@ -115,14 +117,23 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::RestoreSession(std::string_view
         " tokens; this engine's model: ", here.layout.n_layers, ", ", here.layout.n_kv_heads, " of ", here.layout.head_dim,
         ", ", here.n_vocab, data.model.vocabulary_hash != here.vocabulary_hash ? ", another vocabulary" : "", ")"));
   }
+  // The session's adapter, loaded here under the same name (its KV was computed with it).
+  absl::StatusOr<SequenceAdapter> adapter = impl_->FindAdapter(data.adapter, data.adapter_scale);
+  if (!adapter.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("RestoreSession: the session used LoRA adapter '", data.adapter,
+                                                      "': ", adapter.status().message()));
+  }
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, NewSession());
   Session::State& s = *session->state_;
   MutexLock lock(&s.mu);
+  s.kv.adapter_name = data.adapter;
+  s.kv.adapter = *adapter;
   s.messages = std::move(data.messages);
   s.generated = std::move(data.generated);
   if (!data.kv_tokens.empty()) {
     SavedSequence saved;
     saved.tokens = static_cast<int>(data.kv_tokens.size());
+    saved.adapter = s.kv.adapter;
     HETERO_ASSIGN_OR_RETURN(saved.data, HostMemoryPool::Default()->Allocate(data.kv.size()));
     std::copy(data.kv.begin(), data.kv.end(), saved.data.data());
     // Private blocks (no token ids): state from outside must never reach other sessions

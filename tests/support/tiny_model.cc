@@ -2,10 +2,13 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "src/runtime/fp16.h"
+#include "src/runtime/gguf.h"
 
 namespace hetero::testing {
 namespace {
@@ -220,6 +223,36 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& o) {
 
 std::string WriteTinyModel(const TinyModelOptions& options, const std::string& file_name) {
   return WriteTempFile(TinyModelBuilder(options).Build(), file_name);
+}
+
+std::string WriteTinyAdapter(const std::string& model_path, const TinyAdapterOptions& o,
+                             const std::string& file_name) {
+  absl::StatusOr<std::unique_ptr<GgufFile>> model = GgufFile::Open(model_path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return "";
+  GgufBuilder b;
+  b.AddString("general.architecture", o.architecture);
+  b.AddString("general.type", o.general_type);
+  b.AddString("adapter.type", o.adapter_type);
+  if (o.write_alpha) b.AddFloat32("adapter.lora.alpha", o.alpha);
+  TinyModelOptions generator;
+  generator.seed = o.seed;
+  generator.weight_type = o.type;
+  TensorWriter t(b, generator);
+  for (const std::string& target : o.targets) {
+    const GgufTensorInfo* w = (*model)->FindTensor(target);
+    EXPECT_NE(w, nullptr) << target;
+    if (w == nullptr) return "";
+    const int64_t inputs = w->dims[0], outputs = w->dims.size() > 1 ? w->dims[1] : 1;
+    if (!o.omit_tensors.contains(target + ".lora_a")) t.Add(target + ".lora_a", {inputs, o.rank}, true, 0.0f, o.scale);
+    if (!o.omit_tensors.contains(target + ".lora_b")) t.Add(target + ".lora_b", {o.rank, outputs}, true, 0.0f, o.scale);
+  }
+  for (const auto& [name, dims] : o.extra_f32_tensors) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    b.AddTensorF32(name, dims, std::vector<float>(static_cast<size_t>(n), 0.01f));
+  }
+  return WriteTempFile(b.Build(), file_name);
 }
 
 }  // namespace hetero::testing

@@ -69,6 +69,29 @@ GgufBuilder TinyModelBuilder(const TinyModelOptions& options);
 // Builds the model and writes it to a temp file; returns the path.
 std::string WriteTinyModel(const TinyModelOptions& options, const std::string& file_name);
 
+// A LoRA adapter in llama.cpp's GGUF adapter format for a model file: for each target (a
+// base tensor name, e.g. "blk.0.attn_q.weight") a pair <target>.lora_a [inputs, rank] and
+// <target>.lora_b [rank, outputs], the dimensions read from the model file. Values come
+// from the tiny model's generator (scale * u, stream seeded with seed ^ fnv1a64(tensor
+// name)), so scripts/reference_forward.py rebuilds them.
+struct TinyAdapterOptions {
+  std::string architecture = "llama";  // general.architecture
+  std::vector<std::string> targets;
+  int rank = 4;
+  float alpha = 8.0f;  // adapter.lora.alpha; written unless write_alpha is false
+  bool write_alpha = true;
+  float scale = 0.05f;
+  TensorType type = TensorType::kF32;  // F32 or F16
+  uint32_t seed = 1;
+  // Test hooks: general.type and adapter.type values, tensors to leave out, more tensors.
+  std::string general_type = "adapter";
+  std::string adapter_type = "lora";
+  std::set<std::string> omit_tensors;
+  std::map<std::string, std::vector<int64_t>> extra_f32_tensors;  // name -> dims (values 0.01)
+};
+std::string WriteTinyAdapter(const std::string& model_path, const TinyAdapterOptions& options,
+                             const std::string& file_name);
+
 }  // namespace hetero::testing
 
 #endif  // HETERO_TESTS_SUPPORT_TINY_MODEL_H_

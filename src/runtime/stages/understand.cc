@@ -25,6 +25,7 @@ TaskState TaskContext::State() const {
   s.small_answer = small_answer;
   s.out_of_memory_device = out_of_memory_device;
   s.out_of_memory_message = out_of_memory_message;
+  s.adapter = kv->adapter_name;
   return s;
 }
 
@@ -90,7 +91,7 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   kv.device = split ? understand_device : generate_device;
   Backend& backend = services.Worker(kv.device).backend();
   if (!kv.seq.has_value()) {
-    HETERO_ASSIGN_OR_RETURN(SequenceId seq, backend.NewSequence());
+    HETERO_ASSIGN_OR_RETURN(SequenceId seq, NewSessionSequence(backend, kv));
     kv.seq = seq;
     kv.tokens.clear();
   }
@@ -133,7 +134,7 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
     kv.device = generate_device;
     Backend& generate_backend = services.Worker(kv.device).backend();
     if (!kv.seq.has_value()) {
-      HETERO_ASSIGN_OR_RETURN(SequenceId seq, generate_backend.NewSequence());
+      HETERO_ASSIGN_OR_RETURN(SequenceId seq, NewSessionSequence(generate_backend, kv));
       kv.seq = seq;
       kv.tokens.clear();
     }
