@@ -329,6 +329,23 @@ HETERO_C_API hetero_status hetero_engine_restore_session(hetero_engine* engine, 
                                                          hetero_session** out_session);
 HETERO_C_API hetero_status hetero_engine_restore_session_file(hetero_engine* engine, const char* path,
                                                               hetero_session** out_session);
+/* ---- LoRA adapters -------------------------------------------------------------------- */
+
+/* Loads a LoRA adapter in llama.cpp's GGUF adapter format (convert_lora_to_gguf.py) under
+ * `name`, for sessions to apply (hetero_session_set_adapter); it stays loaded as long as the
+ * engine (docs/RUNTIME.md "LoRA adapters"). INVALID_ARGUMENT for NULL or empty arguments, a
+ * name already loaded, or a file that is not a LoRA adapter of this model (the message
+ * names the key or tensor); NOT_FOUND for a missing file; UNSUPPORTED for tensors hetero
+ * cannot adapt (the embedding lookup, experts, norms). Thread-safe on the engine. */
+HETERO_C_API hetero_status hetero_engine_load_adapter(hetero_engine* engine, const char* name, const char* path);
+/* Runs of the session from the next one on apply the engine's adapter `name` scaled by
+ * `scale` (1: as trained; 0: the base model); NULL or "" removes it. The session's KV cache
+ * was computed without it and is released: the next run encodes the conversation again.
+ * Runs with an adapter are placed on the CPU (the CUDA module does not apply adapters).
+ * NOT_FOUND for a name not loaded; INVALID_ARGUMENT for a NULL session or a scale that is not
+ * finite; BUSY while a run is in progress on the session. */
+HETERO_C_API hetero_status hetero_session_set_adapter(hetero_session* session, const char* name, float scale);
+
 /* Frees the session and its KV cache. No thread may be inside hetero_session_run on it:
  * to stop a run, call hetero_session_cancel and wait for the run to return first. */
 HETERO_C_API void hetero_session_destroy(hetero_session* session);

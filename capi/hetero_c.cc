@@ -578,6 +578,24 @@ hetero_status hetero_session_save_state_file(hetero_session* session, const char
 
 void hetero_bytes_free(uint8_t* bytes) { std::free(bytes); }
 
+hetero_status hetero_engine_load_adapter(hetero_engine* engine, const char* name, const char* path) {
+  return Guard("hetero_engine_load_adapter", [&]() -> hetero_status {
+    if (engine == nullptr) return NullArgument("hetero_engine_load_adapter", "engine");
+    if (name == nullptr) return NullArgument("hetero_engine_load_adapter", "name");
+    if (path == nullptr) return NullArgument("hetero_engine_load_adapter", "path");
+    const absl::Status s = engine->engine->LoadAdapter(name, path);
+    if (absl::IsAlreadyExists(s)) return Fail(HETERO_INVALID_ARGUMENT, std::string(s.message()));
+    return FromStatus(s);
+  });
+}
+
+hetero_status hetero_session_set_adapter(hetero_session* session, const char* name, float scale) {
+  return Guard("hetero_session_set_adapter", [&]() -> hetero_status {
+    if (session == nullptr) return NullArgument("hetero_session_set_adapter", "session");
+    return FromStatus(session->session->SetAdapter(name == nullptr ? "" : name, scale));
+  });
+}
+
 namespace {
 
 // Restore's errors in C terms: state of another model is bad input, not a busy engine.

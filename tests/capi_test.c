@@ -705,6 +705,111 @@ static void test_devices(const char* model) {
   hetero_engine_destroy(engine);
 }
 
+/* A LoRA adapter file as llama.cpp writes them (GGUF v3), written here so that this program
+ * needs nothing but the C library: one adapted matrix, blk.0.attn_v.weight (the default
+ * model's [576, 192]), rank 2, f32 values of amplitude `amplitude`. */
+static void put_bytes(FILE* f, const void* p, size_t n) { fwrite(p, 1, n, f); }
+static void put_u32(FILE* f, uint32_t v) { put_bytes(f, &v, 4); }
+static void put_u64(FILE* f, uint64_t v) { put_bytes(f, &v, 8); }
+static void put_string(FILE* f, const char* s) {
+  put_u64(f, strlen(s));
+  put_bytes(f, s, strlen(s));
+}
+static void put_string_kv(FILE* f, const char* key, const char* value) {
+  put_string(f, key);
+  put_u32(f, 8); /* string */
+  put_string(f, value);
+}
+static int write_adapter(const char* path, float amplitude) {
+  FILE* f = fopen(path, "wb");
+  if (f == NULL) return 0;
+  const uint64_t inputs = 576, outputs = 192, rank = 2;
+  put_bytes(f, "GGUF", 4);
+  put_u32(f, 3);
+  put_u64(f, 2); /* tensors */
+  put_u64(f, 4); /* keys */
+  put_string_kv(f, "general.architecture", "llama");
+  put_string_kv(f, "general.type", "adapter");
+  put_string_kv(f, "adapter.type", "lora");
+  put_string(f, "adapter.lora.alpha");
+  put_u32(f, 6); /* float32 */
+  const float alpha = 2.0f;
+  put_bytes(f, &alpha, 4);
+  const uint64_t dims_a[2] = {inputs, rank}, dims_b[2] = {rank, outputs};
+  put_string(f, "blk.0.attn_v.weight.lora_a");
+  put_u32(f, 2);
+  put_bytes(f, dims_a, sizeof dims_a);
+  put_u32(f, 0); /* F32 */
+  put_u64(f, 0);
+  put_string(f, "blk.0.attn_v.weight.lora_b");
+  put_u32(f, 2);
+  put_bytes(f, dims_b, sizeof dims_b);
+  put_u32(f, 0);
+  put_u64(f, (inputs * rank * 4 + 31) / 32 * 32);
+  long at = ftell(f);
+  while (at % 32 != 0) {
+    fputc(0, f);
+    ++at;
+  }
+  uint32_t state = 12345;
+  for (uint64_t i = 0; i < inputs * rank; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float v = amplitude * ((float)(state >> 8) / 8388608.0f - 1.0f);
+    put_bytes(f, &v, 4);
+  }
+  for (uint64_t i = inputs * rank * 4; i % 32 != 0; ++i) fputc(0, f); /* lora_b's offset */
+  for (uint64_t i = 0; i < rank * outputs; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float v = amplitude * ((float)(state >> 8) / 8388608.0f - 1.0f);
+    put_bytes(f, &v, 4);
+  }
+  return fclose(f) == 0;
+}
+
+/* LoRA adapters: loaded, applied per session (scale 0 is the base model), and every error
+ * path. */
+static void test_adapters(const char* model) {
+  hetero_engine* engine = open_engine(model, 0);
+  if (engine == NULL) return;
+  const char* path = "build/capi_test_adapter.gguf";
+  CHECK(write_adapter(path, 1.0f));
+  EXPECT(hetero_engine_load_adapter(engine, "voice", path), HETERO_OK, NULL);
+  EXPECT(hetero_engine_load_adapter(engine, "voice", path), HETERO_INVALID_ARGUMENT, "loaded already");
+  EXPECT(hetero_engine_load_adapter(engine, "model", model), HETERO_INVALID_ARGUMENT, "general.type");
+  EXPECT(hetero_engine_load_adapter(engine, "none", "/no/such/adapter.gguf"), HETERO_NOT_FOUND, NULL);
+  EXPECT(hetero_engine_load_adapter(engine, "", path), HETERO_INVALID_ARGUMENT, "empty");
+  EXPECT(hetero_engine_load_adapter(NULL, "x", path), HETERO_INVALID_ARGUMENT, "engine");
+  EXPECT(hetero_engine_load_adapter(engine, NULL, path), HETERO_INVALID_ARGUMENT, "name");
+  EXPECT(hetero_engine_load_adapter(engine, "x", NULL), HETERO_INVALID_ARGUMENT, "path");
+
+  hetero_run_options ro;
+  hetero_run_options_default(&ro);
+  ro.max_tokens = 12;
+  char texts[3][512] = {{0}};
+  const float scales[3] = {-1.0f /* no adapter */, 0.0f, 1.0f};
+  for (int i = 0; i < 3; ++i) {
+    hetero_session* session = NULL;
+    hetero_result* result = NULL;
+    EXPECT(hetero_session_create(engine, NULL, &session), HETERO_OK, NULL);
+    if (session == NULL) continue;
+    if (scales[i] >= 0) EXPECT(hetero_session_set_adapter(session, "voice", scales[i]), HETERO_OK, NULL);
+    EXPECT(hetero_session_run(session, "Name a colour.", &ro, &result), HETERO_OK, NULL);
+    if (result != NULL) snprintf(texts[i], sizeof texts[i], "%s", hetero_result_text(result));
+    hetero_result_destroy(result);
+    if (i == 2) {
+      EXPECT(hetero_session_set_adapter(session, "other", 1.0f), HETERO_NOT_FOUND, "voice");
+      EXPECT(hetero_session_set_adapter(session, "voice", NAN), HETERO_INVALID_ARGUMENT, "finite");
+      EXPECT(hetero_session_set_adapter(session, NULL, 1.0f), HETERO_OK, NULL);
+    }
+    hetero_session_destroy(session);
+  }
+  CHECK(strcmp(texts[0], texts[1]) == 0); /* scale 0: the base model */
+  CHECK(strcmp(texts[0], texts[2]) != 0); /* the adapter changes the answer */
+  EXPECT(hetero_session_set_adapter(NULL, "voice", 1.0f), HETERO_INVALID_ARGUMENT, "session");
+  remove(path);
+  hetero_engine_destroy(engine);
+}
+
 /* Session state: saved from one engine, restored into another, the next turn is the
  * uninterrupted session's; bad state and arguments are refused. */
 static void test_state(const char* model) {
@@ -785,6 +890,7 @@ int main(int argc, char** argv) {
   test_tokens_and_sampling(model);
   test_devices(model);
   test_state(model);
+  test_adapters(model);
   CHECK(log_messages > 0); /* at least the device notice */
   hetero_set_log_callback(NULL, NULL, HETERO_LOG_DEBUG);
   if (failures) {

@@ -275,6 +275,17 @@ class Engine:
         self._check_open()
         return Session._adopt(self, lambda out: _c.hetero_engine_restore_session_file(self._handle, encoded, out))
 
+    def load_adapter(self, name, path):
+        """Loads a LoRA adapter in llama.cpp's GGUF adapter format (convert_lora_to_gguf.py)
+        under `name`, for Session.set_adapter; it stays loaded as long as the engine.
+        NotFound for a missing file; InvalidArgument for a name in use or a file that is not
+        a LoRA adapter of this model (the message names the key or tensor); Unsupported for
+        tensors hetero cannot adapt (the embedding lookup, experts, norms)."""
+        encoded_name = _args.text(name, "name")
+        encoded_path = _args.path(path, "path")
+        self._check_open()
+        _check(_c.hetero_engine_load_adapter(self._handle, encoded_name, encoded_path))
+
     def session(self, system_prompt=None):
         """A new conversation, with `system_prompt` (a str) as its first turn if given."""
         _args.text(system_prompt, "system_prompt", optional=True)
@@ -541,6 +552,15 @@ class Session:
 
     def cancel(self):
         _check(_c.hetero_session_cancel(self._handle))
+
+    def set_adapter(self, name, scale=1.0):
+        """Runs from the next one on apply the engine's LoRA adapter `name`
+        (Engine.load_adapter) scaled by `scale` (1: as trained; 0: the base model); None or
+        "" removes it. The session's KV cache is released (it was computed without the
+        adapter): the next run encodes the conversation again. NotFound for a name not
+        loaded; Busy during a run."""
+        encoded = _args.text(name, "name", optional=True)
+        _check(_c.hetero_session_set_adapter(self._handle, encoded, _args.real(scale, "scale")))
 
     def save_state(self):
         """The session's state as bytes (its conversation and KV cache; versioned,

@@ -128,6 +128,8 @@ def _declare(lib):
         "hetero_engine_restore_session": (c_status, [p, ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t, pp]),
         "hetero_engine_restore_session_file": (c_status, [p, ctypes.c_char_p, pp]),
         "hetero_session_cancel": (c_status, [p]),
+        "hetero_engine_load_adapter": (c_status, [p, ctypes.c_char_p, ctypes.c_char_p]),
+        "hetero_session_set_adapter": (c_status, [p, ctypes.c_char_p, ctypes.c_float]),
         "hetero_run_options_default": (None, [ctypes.POINTER(RunOptions)]),
         "hetero_session_run": (c_status, [p, ctypes.c_char_p, ctypes.POINTER(RunOptions), pp]),
         "hetero_result_destroy": (None, [p]),

@@ -468,3 +468,57 @@ def test_session_state_moves_between_processes(engine, tmp_path):
         engine.restore_session("not bytes")
     with pytest.raises(hetero.NotFound):
         engine.restore_session_file(tmp_path / "missing.state")
+
+
+def _write_lora_adapter(path, amplitude=1.0):
+    """A LoRA adapter as llama.cpp writes them (GGUF v3) for the default model: one adapted
+    matrix, blk.0.attn_v.weight [576, 192], rank 2, f32 values of `amplitude`."""
+    import random
+    import struct
+
+    def string(s):
+        return struct.pack("<Q", len(s.encode())) + s.encode()
+
+    rng = random.Random(5)
+    inputs, outputs, rank = 576, 192, 2
+    out = b"GGUF" + struct.pack("<IQQ", 3, 2, 4)
+    for key, value in (("general.architecture", "llama"), ("general.type", "adapter"), ("adapter.type", "lora")):
+        out += string(key) + struct.pack("<I", 8) + string(value)
+    out += string("adapter.lora.alpha") + struct.pack("<If", 6, 2.0)
+    size_a = inputs * rank * 4
+    out += string("blk.0.attn_v.weight.lora_a") + struct.pack("<IQQIQ", 2, inputs, rank, 0, 0)
+    out += string("blk.0.attn_v.weight.lora_b") + struct.pack("<IQQIQ", 2, rank, outputs, 0, size_a)
+    out += b"\0" * (-len(out) % 32)
+    values = [amplitude * rng.uniform(-1, 1) for _ in range(inputs * rank + rank * outputs)]
+    out += struct.pack(f"<{len(values)}f", *values)
+    path.write_bytes(out)
+    return path
+
+
+def test_lora_adapter(engine, tmp_path):
+    adapter = _write_lora_adapter(tmp_path / "voice.gguf")
+    engine.load_adapter("py-voice", adapter)
+    with pytest.raises(hetero.InvalidArgument, match="loaded already"):
+        engine.load_adapter("py-voice", adapter)
+    with pytest.raises(hetero.InvalidArgument, match="general.type"):
+        engine.load_adapter("py-model", MODEL)
+    with pytest.raises(hetero.NotFound):
+        engine.load_adapter("py-missing", tmp_path / "missing.gguf")
+    with pytest.raises(TypeError, match="name"):
+        engine.load_adapter(123, adapter)
+    texts = []
+    for scale in (None, 0.0, 1.0):
+        s = engine.session()
+        if scale is not None:
+            s.set_adapter("py-voice", scale)
+        texts.append(s.run("Name a colour.", max_tokens=12).text)
+    assert texts[1] == texts[0]  # scale 0: the base model
+    assert texts[2] != texts[0]
+    s = engine.session()
+    with pytest.raises(hetero.NotFound, match="py-voice"):
+        s.set_adapter("py-other")
+    with pytest.raises(hetero.InvalidArgument, match="finite"):
+        s.set_adapter("py-voice", float("nan"))
+    with pytest.raises(TypeError, match="scale"):
+        s.set_adapter("py-voice", "1")
+    s.set_adapter(None)
