@@ -3,7 +3,7 @@
 //   hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]
 //                [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]
 //                [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]
-//                [--io-timeout 30] [--exit-with-parent]
+//                [--io-timeout 30] [--exit-with-parent] [--lora NAME=PATH]...
 //
 // Endpoints: POST /v1/chat/completions, /v1/completions, /v1/embeddings; GET /v1/models,
 // /health, /metrics. docs/SERVER.md lists what each accepts; every other field is a 400
@@ -45,6 +45,8 @@ struct Config {
   int port = 8080, threads = 0, max_concurrent = 16, max_tokens = 512, grace_seconds = 10, io_timeout = 30;
   bool exit_with_parent = false;
   size_t max_body_bytes = 8 << 20;
+  // --lora NAME=PATH: LoRA adapters, each served as a model of its own name (as vLLM does).
+  std::vector<std::pair<std::string, std::string>> loras;
 };
 
 int Fail(const std::string& message) {
@@ -119,6 +121,10 @@ class Server {
       Json models = {{"object", "list"},
                      {"data", Json::array({{{"id", config_.model_name}, {"object", "model"}, {"created", started_},
                                             {"owned_by", "hetero"}}})}};
+      for (const auto& [name, path] : config_.loras) {
+        models["data"].push_back({{"id", name}, {"object", "model"}, {"created", started_}, {"owned_by", "hetero"},
+                                  {"parent", config_.model_name}});
+      }
       Reply(res, "/v1/models", 200, models.dump());
     });
     http.Post("/v1/chat/completions",
@@ -233,12 +239,29 @@ class Server {
     }
     return true;
   }
-  bool KnownModel(const std::string& model, httplib::Response& res, const std::string& endpoint) {
+  // The base model, or (where `adapter` is given) one of the --lora adapters, whose name is
+  // then set in *adapter ("" for the base model).
+  bool KnownModel(const std::string& model, httplib::Response& res, const std::string& endpoint,
+                  std::string* adapter = nullptr) {
     if (model == config_.model_name) return true;
+    for (const auto& [name, path] : config_.loras) {
+      if (model != name) continue;
+      if (adapter != nullptr) {
+        *adapter = name;
+        return true;
+      }
+      RequestError e;
+      e.param = "model";
+      e.message = "'" + model + "' is a LoRA adapter; " + endpoint + " uses the base model '" + config_.model_name + "'";
+      Error(res, endpoint, e);
+      return false;
+    }
     RequestError e;
     e.http_status = 404;
     e.param = "model";
-    e.message = "the model '" + model + "' does not exist; this server serves '" + config_.model_name + "'";
+    std::string served = "'" + config_.model_name + "'";
+    for (const auto& [name, path] : config_.loras) served += ", '" + name + "'";
+    e.message = "the model '" + model + "' does not exist; this server serves " + served;
     Error(res, endpoint, e);
     return false;
   }
@@ -266,11 +289,12 @@ class Server {
   }
   static std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
   // A whole (not streamed) response: one choice, usage, and the task report as `hetero`.
-  Json Response(const std::string& id, const char* object, Json choice, const hetero::TaskReport& report) const {
+  Json Response(const std::string& id, const char* object, const std::string& model, Json choice,
+               const hetero::TaskReport& report) const {
     return {{"id", id},
             {"object", object},
             {"created", Now()},
-            {"model", config_.model_name},
+            {"model", model},
             {"choices", Json::array({std::move(choice)})},
             {"usage", Usage(report)},
             {"hetero", Json::parse(hetero::TaskReportJson(report))}};
@@ -293,10 +317,12 @@ class Server {
     auto request = std::make_shared<hetero::serve::ChatRequest>();
     RequestError e;
     if (!hetero::serve::ParseChatRequest(req.body, config_.max_tokens, *request, e)) return Error(res, endpoint, e);
-    if (!KnownModel(request->model, res, endpoint)) return;
+    std::string adapter;
+    if (!KnownModel(request->model, res, endpoint, &adapter)) return;
     absl::StatusOr<std::unique_ptr<hetero::Session>> created = engine_->NewSessionWithHistory(request->history);
     if (!created.ok()) return StatusError(res, endpoint, created.status());
     std::shared_ptr<hetero::Session> session = std::move(*created);
+    if (absl::Status s = session->SetAdapter(adapter); !s.ok()) return StatusError(res, endpoint, s);
     const std::string id = NextId("chatcmpl-");
     if (!request->stream) {
       Tracked tracked(*this, session.get());
@@ -319,13 +345,13 @@ class Server {
                      {"message", std::move(message)},
                      {"finish_reason", FinishReason(result->report.stop_reason)},
                      {"logprobs", request->run.logprobs >= 0 ? Logprobs(result->logprobs) : Json(nullptr)}};
-      return Reply(res, endpoint, 200, Dump(Response(id, "chat.completion", std::move(choice), result->report)));
+      return Reply(res, endpoint, 200, Dump(Response(id, "chat.completion", request->model, std::move(choice), result->report)));
     }
     // Server-sent events: a role chunk, a chunk per piece of text, the finish chunk, the
     // usage chunk when asked, then [DONE]. A client that goes away cancels the run.
     metrics_.CountRequest(endpoint, 200);
     const int64_t created_at = Now();
-    const std::string model = config_.model_name;
+    const std::string model = request->model;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [this, slot, request, session, id, created_at, model](
                                                              size_t, httplib::DataSink& sink) mutable {
@@ -376,7 +402,7 @@ class Server {
     auto request = std::make_shared<hetero::serve::CompletionRequest>();
     RequestError e;
     if (!hetero::serve::ParseCompletionRequest(req.body, config_.max_tokens, *request, e)) return Error(res, endpoint, e);
-    if (!KnownModel(request->model, res, endpoint)) return;
+    if (!KnownModel(request->model, res, endpoint, &request->options.adapter)) return;
     const std::string id = NextId("cmpl-");
     if (!request->stream) {
       const hetero::serve::ClientConnection client =
@@ -390,11 +416,11 @@ class Server {
                      {"text", (request->echo ? request->prompt : "") + result->text},
                      {"finish_reason", FinishReason(result->report.stop_reason)},
                      {"logprobs", nullptr}};
-      return Reply(res, endpoint, 200, Dump(Response(id, "text_completion", std::move(choice), result->report)));
+      return Reply(res, endpoint, 200, Dump(Response(id, "text_completion", request->model, std::move(choice), result->report)));
     }
     metrics_.CountRequest(endpoint, 200);
     const int64_t created_at = Now();
-    const std::string model = config_.model_name;
+    const std::string model = request->model;
     res.set_chunked_content_provider("text/event-stream", [this, slot, request, id, created_at, model](
                                                              size_t, httplib::DataSink& sink) mutable {
       const auto chunk = [&](const std::string& text, Json finish, Json usage = nullptr) {
@@ -463,7 +489,7 @@ constexpr char kUsage[] =
     "usage: hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]\n"
     "                    [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]\n"
     "                    [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]\n"
-    "                    [--io-timeout 30] [--exit-with-parent]\n";
+    "                    [--io-timeout 30] [--exit-with-parent] [--lora NAME=PATH]...\n";
 
 }  // namespace
 
@@ -494,6 +520,12 @@ int main(int argc, char** argv) {
     else if (a == "--grace-seconds") number(config.grace_seconds, 0);
     else if (a == "--exit-with-parent") config.exit_with_parent = true;
     else if (a == "--io-timeout") number(config.io_timeout, 1);
+    else if (a == "--lora") {
+      const std::string v = value();
+      const size_t eq = v.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == v.size()) return Fail("--lora wants NAME=PATH, not '" + v + "'");
+      config.loras.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+    }
     else if (a == "-h" || a == "--help") {
       std::printf("%s", kUsage);
       return 0;
@@ -520,6 +552,12 @@ int main(int argc, char** argv) {
   if (config.model_name.empty()) {
     const absl::StatusOr<std::string> resolved = hetero::ResolveModelPath(config.model_path);
     config.model_name = std::filesystem::path(resolved.ok() ? *resolved : "model").stem().string();
+  }
+  for (const auto& [name, path] : config.loras) {
+    if (name == config.model_name) return Fail("--lora " + name + ": the base model has that name");
+    if (absl::Status s = (*engine)->LoadAdapter(name, path); !s.ok()) {
+      return Fail("--lora " + name + "=" + path + ": " + std::string(s.message()));
+    }
   }
   Server server(config, std::move(*engine));
   httplib::Server http;

@@ -13,6 +13,7 @@ import typing
 import pytest
 
 import hetero
+from lora_file import write_lora_adapter
 
 MODEL = pathlib.Path(os.environ.get("HETERO_MODEL", "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
 needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"default model not present at {MODEL}")
@@ -470,33 +471,8 @@ def test_session_state_moves_between_processes(engine, tmp_path):
         engine.restore_session_file(tmp_path / "missing.state")
 
 
-def _write_lora_adapter(path, amplitude=1.0):
-    """A LoRA adapter as llama.cpp writes them (GGUF v3) for the default model: one adapted
-    matrix, blk.0.attn_v.weight [576, 192], rank 2, f32 values of `amplitude`."""
-    import random
-    import struct
-
-    def string(s):
-        return struct.pack("<Q", len(s.encode())) + s.encode()
-
-    rng = random.Random(5)
-    inputs, outputs, rank = 576, 192, 2
-    out = b"GGUF" + struct.pack("<IQQ", 3, 2, 4)
-    for key, value in (("general.architecture", "llama"), ("general.type", "adapter"), ("adapter.type", "lora")):
-        out += string(key) + struct.pack("<I", 8) + string(value)
-    out += string("adapter.lora.alpha") + struct.pack("<If", 6, 2.0)
-    size_a = inputs * rank * 4
-    out += string("blk.0.attn_v.weight.lora_a") + struct.pack("<IQQIQ", 2, inputs, rank, 0, 0)
-    out += string("blk.0.attn_v.weight.lora_b") + struct.pack("<IQQIQ", 2, rank, outputs, 0, size_a)
-    out += b"\0" * (-len(out) % 32)
-    values = [amplitude * rng.uniform(-1, 1) for _ in range(inputs * rank + rank * outputs)]
-    out += struct.pack(f"<{len(values)}f", *values)
-    path.write_bytes(out)
-    return path
-
-
 def test_lora_adapter(engine, tmp_path):
-    adapter = _write_lora_adapter(tmp_path / "voice.gguf")
+    adapter = write_lora_adapter(tmp_path / "voice.gguf")
     engine.load_adapter("py-voice", adapter)
     with pytest.raises(hetero.InvalidArgument, match="loaded already"):
         engine.load_adapter("py-voice", adapter)

@@ -14,6 +14,8 @@ import urllib.request
 
 import pytest
 
+from lora_file import write_lora_adapter
+
 openai = pytest.importorskip("openai")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -29,13 +31,14 @@ def _free_port():
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     if not SERVE.exists() or not MODEL.exists():
         pytest.skip(f"needs {SERVE} and {MODEL}")
     port = _free_port()
+    adapter = write_lora_adapter(tmp_path_factory.mktemp("lora") / "voice.gguf")
     process = subprocess.Popen([str(SERVE), "-m", str(MODEL), "--port", str(port), "--api-key", KEY, "-t", "2",
                                 "--max-concurrent", "4", "--max-body-bytes", "65536", "--model-name", "smol",
-                                "--io-timeout", "3"],
+                                "--io-timeout", "3", "--lora", f"voice={adapter}"],
                                stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -69,7 +72,7 @@ def _raw(server, path, body, key=KEY, content_type="application/json"):
 
 
 def test_models_and_chat(client):
-    assert [m.id for m in client.models.list().data] == ["smol"]
+    assert [m.id for m in client.models.list().data] == ["smol", "voice"]
     r = client.chat.completions.create(model="smol", max_tokens=12, messages=[
         {"role": "system", "content": "You are terse."},
         {"role": "user", "content": "What is the capital of France? Answer in one word."}])
@@ -282,3 +285,23 @@ def test_load_sixteen_streaming_clients(server):
         time.sleep(0.1)
     assert float(metrics["hetero_num_requests_running"]) == 0
     assert float(metrics["hetero_kv_cache_usage_perc"]) == 0
+
+
+def test_a_lora_adapter_is_a_model_of_its_own_name(server, client):
+    # --lora voice=FILE: "voice" is the base model with that adapter (as vLLM serves them).
+    ask = [{"role": "user", "content": "Name a colour."}]
+    base = client.chat.completions.create(model="smol", max_tokens=12, temperature=0, messages=ask)
+    voice = client.chat.completions.create(model="voice", max_tokens=12, temperature=0, messages=ask)
+    assert voice.model == "voice"
+    assert voice.choices[0].message.content != base.choices[0].message.content
+    again = client.chat.completions.create(model="voice", max_tokens=12, temperature=0, messages=ask)
+    assert again.choices[0].message.content == voice.choices[0].message.content
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="voice", max_tokens=12, temperature=0, messages=ask, stream=True) if c.choices)
+    assert streamed == voice.choices[0].message.content
+    text = client.completions.create(model="voice", prompt="Colours:", max_tokens=8, temperature=0)
+    assert text.model == "voice"
+    assert text.choices[0].text != client.completions.create(model="smol", prompt="Colours:", max_tokens=8,
+                                                             temperature=0).choices[0].text
+    with pytest.raises(openai.BadRequestError, match="LoRA adapter"):
+        client.embeddings.create(model="voice", input=["a"])
