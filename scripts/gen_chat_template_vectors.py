@@ -5,8 +5,10 @@ chats, tool definitions, tool calls and tool results, Unicode and empty messages
 
 Templates: the default model's own tokenizer.chat_template (read from its GGUF), and, when
 a directory of other models' templates is given (file names as in llama.cpp's
-models/templates/), Qwen2.5 (ChatML with Hermes tools), Llama 3.1, Gemma 2 and Qwen3
-(Qwen-Qwen3-0.6B.jinja: Hermes tools and <think> reasoning, also with enable_thinking=False). The
+models/templates/), Qwen2.5 (ChatML with Hermes tools), Llama 3.1, Gemma 2, Qwen3
+(Qwen-Qwen3-0.6B.jinja: Hermes tools and <think> reasoning, also with enable_thinking=False) and
+Phi-3.5 (microsoft-Phi-3.5-mini-instruct.jinja); a file missing from the directory keeps the
+vectors already written for its template. The
 templates themselves are not committed; only the rendered prompts are.
 
 Rendering follows Hugging Face transformers' environment: trim_blocks, lstrip_blocks,
@@ -126,20 +128,36 @@ ACCEPTS = {
     "gemma2": lambda c: not c.get("tools") and all(m["role"] in ("user", "assistant") for m in c["messages"]) and
               all((m["role"] == "user") == (i % 2 == 0) for i, m in enumerate(c["messages"])),
 }
+ACCEPTS["phi3.5"] = lambda c: all(m["role"] in ("system", "user", "assistant") for m in c["messages"])
 FILES = {"qwen2.5": "Qwen-Qwen2.5-7B-Instruct.jinja", "llama3.1": "meta-llama-Llama-3.1-8B-Instruct.jinja",
-         "gemma2": "google-gemma-2-2b-it.jinja", "qwen3": "Qwen-Qwen3-0.6B.jinja"}
-BOS = {"qwen3": "", "smollm2": "<|im_start|>", "qwen2.5": "", "llama3.1": "<|begin_of_text|>", "gemma2": "<bos>"}
-EOS = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3.1": "<|eot_id|>", "gemma2": "<eos>"}
+         "gemma2": "google-gemma-2-2b-it.jinja", "qwen3": "Qwen-Qwen3-0.6B.jinja",
+         "phi3.5": "microsoft-Phi-3.5-mini-instruct.jinja"}
+BOS = {"qwen3": "", "smollm2": "<|im_start|>", "qwen2.5": "", "llama3.1": "<|begin_of_text|>", "gemma2": "<bos>",
+       "phi3.5": "<s>"}
+EOS = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3.1": "<|eot_id|>", "gemma2": "<eos>",
+       "phi3.5": "<|endoftext|>"}
 
 
 def main():
     reader = GGUFReader(sys.argv[1])
     field = reader.fields["tokenizer.chat_template"]
     templates = {"smollm2": bytes(field.parts[field.data[0]]).decode("utf-8")}
+    # A template whose file is not in TEMPLATE_DIR keeps the vectors already written for it.
+    kept = []
     if len(sys.argv) > 2:
+        previous = []
+        if os.path.exists(OUT):
+            with open(OUT) as f:
+                previous = json.load(f)["vectors"]
         for name, file in FILES.items():
-            with open(os.path.join(sys.argv[2], file)) as f:
-                templates[name] = f.read()
+            path = os.path.join(sys.argv[2], file)
+            if os.path.exists(path):
+                with open(path) as f:
+                    templates[name] = f.read()
+            else:
+                kept += [v for v in previous if v["template"] == name]
+                print(f"{file} not in {sys.argv[2]}: its {sum(1 for v in previous if v['template'] == name)} "
+                      "vectors are kept as they were")
     env = environment()
     vectors = []
     for name, text in templates.items():
@@ -163,9 +181,11 @@ def main():
                         vector["enable_thinking"] = enable_thinking
                     vector["expected"] = template.render(**kwargs)
                     vectors.append(vector)
+    order = ["smollm2"] + list(FILES)
+    vectors = sorted(vectors + kept, key=lambda v: order.index(v["template"]))
     with open(OUT, "w") as f:
         json.dump({"conversations": CONVERSATIONS, "vectors": vectors}, f, ensure_ascii=False, indent=1)
-    counts = {n: sum(1 for v in vectors if v["template"] == n) for n in templates}
+    counts = {n: sum(1 for v in vectors if v["template"] == n) for n in order}
     print(f"wrote {len(vectors)} rendered prompts {counts} to {os.path.normpath(OUT)}")
 
 

@@ -87,6 +87,12 @@ std::optional<ChatTemplate> TemplateFor(const std::string& name) {
     EXPECT_TRUE(t.ok()) << t.status();
     return *t;
   }
+  if (name == "phi3.5") {
+    // Phi-3.5's markers written literally, a system turn, no bos_token.
+    auto t = ChatTemplate::FromJinja("{{'<|system|>\n' + c + '<|end|>\n'}}{{'<|user|>\n'}}{{ '<|assistant|>\n' }}");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
   if (name == "llama3.1") return ChatTemplate::ForFormat(ChatFormat::kLlama3);
   if (name == "gemma2") return ChatTemplate::ForFormat(ChatFormat::kGemma);
   return std::nullopt;
@@ -121,7 +127,7 @@ TEST_P(ChatTemplateVectorsTest, MatchesJinja) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Templates, ChatTemplateVectorsTest,
-                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2", "qwen3"), [](const auto& info) {
+                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2", "qwen3", "phi3.5"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '.') ch = '_';
                            return n;
@@ -207,8 +213,10 @@ TEST(ChatTemplateTest, DetectsFamilies) {
   EXPECT_EQ(ChatTemplate::FromJinja("<|im_start|>{{ message.role }}")->Describe(), "chatml");
   EXPECT_THAT(ChatTemplate::FromJinja("{% for m in messages %}### {{ m.content }}{% endfor %}"),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("ChatTemplate::ForFormat")));
-  EXPECT_THAT(ChatTemplate::FromJinja("<|user|> <|end|> <|assistant|>"),  // Phi-3, not Zephyr
-              StatusIs(absl::StatusCode::kUnimplemented));
+  EXPECT_EQ(ChatTemplate::FromJinja("<|user|> <|end|> <|assistant|>")->Describe(), "phi3");  // not Zephyr
+  EXPECT_EQ(ChatTemplate::FromJinja("<|im_start|>{{ role }}<|im_sep|>")->Describe(), "phi4");  // not ChatML
+  EXPECT_THAT(ChatTemplate::FromJinja("{{ '<|' + message['role'] + '|>' }}<|user|><|assistant|><|end|><|tool|>"),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("Phi-4-mini")));
   EXPECT_THAT(ChatTemplate::FromJinja("<|im_start|> <think>"), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("<think>")));
   EXPECT_THAT(ChatTemplate::FromJinja("<|im_start|> <tools> You are a function calling AI model."),
               StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("tool section other than Qwen2.5's")));
@@ -319,6 +327,36 @@ TEST(PythonJsonTest, RejectsWhatItCannotWriteFaithfully) {
   EXPECT_THAT(ParseOrderedJson(R"([-9223372036854775809])", "args"), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_TRUE(ParseOrderedJson(R"({"s": "[[[[ 99999999999999999999 ]]]]", "n": -9223372036854775808})", "args").ok());
   EXPECT_THAT(ParseOrderedJson("{", "args"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not valid JSON")));
+}
+
+}  // namespace
+}  // namespace hetero
+
+namespace hetero {
+namespace {
+
+// Phi-4 against its documented form (the llama.cpp renderer's, and microsoft/phi-4's template:
+// "<|im_start|>ROLE<|im_sep|>CONTENT<|im_end|>", no newlines); Phi-3-mini-4k's template,
+// which has no system turn and writes bos_token, refuses a system message rather than drop it.
+TEST(ChatTemplateTest, PhiFormats) {
+  const std::vector<ChatMessage> chat = {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  auto phi4 = ChatTemplate::ForFormat(ChatFormat::kPhi4).Render(chat, {}, true);
+  ASSERT_TRUE(phi4.ok());
+  EXPECT_EQ(*phi4,
+            "<|im_start|>system<|im_sep|>Be brief.<|im_end|><|im_start|>user<|im_sep|>Hi<|im_end|>"
+            "<|im_start|>assistant<|im_sep|>Hello.<|im_end|><|im_start|>user<|im_sep|>Bye<|im_end|>"
+            "<|im_start|>assistant<|im_sep|>");
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kPhi4).Render({{"tool", "5"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'tool'")));
+  auto mini4k = ChatTemplate::FromJinja("{{ bos_token }}{{'<|user|>' + '\\n'}}<|end|>{{'<|assistant|>'}}");
+  ASSERT_TRUE(mini4k.ok());
+  EXPECT_THAT(mini4k->Render(chat, {}, true), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no system turn")));
+  auto no_system = mini4k->Render({chat.begin() + 1, chat.end()}, {}, true);
+  ASSERT_TRUE(no_system.ok());
+  EXPECT_EQ(*no_system, "<s><|user|>\nHi<|end|>\n<|assistant|>\nHello.<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n");
+  EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kPhi3).Render({{"tool", "5"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'tool'")));
+  EXPECT_EQ(*ParseChatFormat("phi4"), ChatFormat::kPhi4);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@ struct ChatTemplate::Spec {
   bool reasoning = false;             // ChatML with Qwen3's <think> sections
   bool llama31 = false;               // Llama 3.1+: date header and tool format
   bool date_from_clock = false;       // Llama 3.2+: "Today Date" is today (strftime_now)
+  bool phi3_system = true;            // Phi-3: the template has a <|system|> turn (Phi-3-mini-4k's has none)
   std::string bos;                    // text the template writes as bos_token
   std::string eos;                    // text the template writes as eos_token
 };
@@ -368,6 +369,41 @@ absl::StatusOr<std::string> RenderGemma(const ChatTemplate::Spec& spec, const st
   return out;
 }
 
+// Phi-3 / Phi-3.5: "<|role|>\n" turns closed by "<|end|>\n"; a system message with empty
+// content is skipped (as the template does); eos ends a prompt without the generation prompt.
+absl::StatusOr<std::string> RenderPhi3(const ChatTemplate::Spec& spec, const std::vector<ChatMessage>& messages,
+                                       bool add_generation_prompt) {
+  std::string out = spec.bos;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "system" && !spec.phi3_system) {
+      return absl::InvalidArgumentError("phi3 chat format: this template has no system turn (it would drop it)");
+    }
+    // The template writes only these roles; a message must not vanish without a word.
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat("phi3 chat format has no '", m.role, "' role (message ", i, ")"));
+    }
+    if (m.role == "system" && m.content.empty()) continue;
+    absl::StrAppend(&out, "<|", m.role, "|>\n", m.content, "<|end|>\n");
+  }
+  out += add_generation_prompt ? "<|assistant|>\n" : spec.eos;
+  return out;
+}
+
+// Phi-4: ChatML's markers with "<|im_sep|>" after the role and no newlines.
+absl::StatusOr<std::string> RenderPhi4(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+      return absl::InvalidArgumentError(absl::StrCat("phi4 chat format has no '", m.role, "' role (message ", i, ")"));
+    }
+    absl::StrAppend(&out, "<|im_start|>", m.role, "<|im_sep|>", m.content, "<|im_end|>");
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant<|im_sep|>";
+  return out;
+}
+
 // The default system prompt a ChatML template writes as a literal system turn.
 std::string FindDefaultSystemPrompt(absl::string_view jinja) {
   constexpr absl::string_view kOpen = "<|im_start|>system";
@@ -401,17 +437,19 @@ std::string_view ChatFormatName(ChatFormat format) {
     case ChatFormat::kMistral: return "mistral";
     case ChatFormat::kZephyr: return "zephyr";
     case ChatFormat::kGemma: return "gemma";
+    case ChatFormat::kPhi3: return "phi3";
+    case ChatFormat::kPhi4: return "phi4";
   }
   return "unknown";
 }
 
 absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {
   for (ChatFormat f : {ChatFormat::kChatML, ChatFormat::kLlama3, ChatFormat::kMistral, ChatFormat::kZephyr,
-                       ChatFormat::kGemma}) {
+                       ChatFormat::kGemma, ChatFormat::kPhi3, ChatFormat::kPhi4}) {
     if (ChatFormatName(f) == name) return f;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown chat format '", std::string(name),
-                                                 "' (known: chatml, llama3, mistral, zephyr, gemma)"));
+                                                 "' (known: chatml, llama3, mistral, zephyr, gemma, phi3, phi4)"));
 }
 
 ChatTemplate ChatTemplate::ForFormat(ChatFormat format) {
@@ -429,6 +467,8 @@ ChatTemplate ChatTemplate::ForFormat(ChatFormat format) {
       break;
     case ChatFormat::kZephyr: spec->eos = "</s>"; break;
     case ChatFormat::kGemma: spec->bos = "<bos>"; break;
+    case ChatFormat::kPhi3: spec->eos = "<|endoftext|>"; break;
+    case ChatFormat::kPhi4: break;
   }
   return ChatTemplate(std::move(spec));
 }
@@ -442,7 +482,19 @@ ChatTemplate ChatTemplate::Custom(ChatFormatter formatter) {
 absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text) {
   const absl::string_view jinja(jinja_text.data(), jinja_text.size());
   std::optional<ChatFormat> format;
-  if (absl::StrContains(jinja, "<|im_start|>")) {
+  if (absl::StrContains(jinja, "<|im_sep|>")) {
+    format = ChatFormat::kPhi4;  // ChatML's markers, another separator
+  } else if (absl::StrContains(jinja, "<|user|>") && absl::StrContains(jinja, "<|assistant|>") &&
+             absl::StrContains(jinja, "<|end|>")) {
+    // Phi-3 and 3.5 write each role's marker literally; Phi-4-mini builds it from the role
+    // and adds a tool section, which this renderer does not know.
+    if (absl::StrContains(jinja, "<|tool|>") || absl::StrContains(jinja, "'<|' + message")) {
+      return absl::UnimplementedError(
+          "Phi chat template with a tool section or role markers built from the role (Phi-4-mini style) is not "
+          "supported; use ChatTemplate::ForFormat(ChatFormat::kPhi3) or ChatTemplate::Custom");
+    }
+    format = ChatFormat::kPhi3;
+  } else if (absl::StrContains(jinja, "<|im_start|>")) {
     format = ChatFormat::kChatML;
   } else if (absl::StrContains(jinja, "<|start_header_id|>")) {
     format = ChatFormat::kLlama3;
@@ -461,7 +513,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text
     }
     return absl::UnimplementedError(absl::StrCat(
         "chat template not recognised (it begins \"", PrintableName(head),
-        "\"); choose a family with ChatTemplate::ForFormat (chatml, llama3, mistral, zephyr, gemma) "
+        "\"); choose a family with ChatTemplate::ForFormat (chatml, llama3, mistral, zephyr, gemma, phi3, phi4) "
         "or supply a formatter with ChatTemplate::Custom"));
   }
   ChatTemplate t = ForFormat(*format);
@@ -489,6 +541,10 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text
   } else if (*format == ChatFormat::kLlama3) {
     spec->llama31 = absl::StrContains(jinja, "Cutting Knowledge Date") || absl::StrContains(jinja, "ipython");
     spec->date_from_clock = absl::StrContains(jinja, "strftime_now");
+  } else if (*format == ChatFormat::kPhi3) {
+    spec->phi3_system = absl::StrContains(jinja, "<|system|>");
+    // Phi-3-mini-4k's template starts with bos_token; Phi-3.5's leaves BOS to the tokenizer.
+    if (absl::StrContains(jinja, "bos_token")) spec->bos = "<s>";
   }
   return ChatTemplate(std::move(spec));
 }
@@ -530,6 +586,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
     case ChatFormat::kMistral: return RenderMistral(*spec_, messages);
     case ChatFormat::kZephyr: return RenderZephyr(*spec_, messages, add_generation_prompt);
     case ChatFormat::kGemma: return RenderGemma(*spec_, messages, add_generation_prompt);
+    case ChatFormat::kPhi3: return RenderPhi3(*spec_, messages, add_generation_prompt);
+    case ChatFormat::kPhi4: return RenderPhi4(messages, add_generation_prompt);
   }
   return absl::InternalError("unknown chat format");
 }
