@@ -3,12 +3,11 @@
 #include <cstdint>
 
 #include "src/runtime/tokenizer/utf8.h"
+#include "src/runtime/tools/hermes_tags.h"
 
 namespace hetero::internal {
 namespace {
 
-constexpr std::string_view kOpenTag = "<tool_call>";
-constexpr std::string_view kCloseTag = "</tool_call>";
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -52,7 +51,7 @@ bool ReplyStream::PushHermes(std::string_view piece) {
   pending_ += piece;
   std::string out;
   for (;;) {
-    const std::string_view tag = in_tag_ ? kCloseTag : kOpenTag;
+    const std::string_view tag = in_tag_ ? kHermesCloseTag : kHermesOpenTag;
     const size_t at = pending_.find(tag);
     if (at != std::string::npos) {
       if (!in_tag_) out += pending_.substr(0, at);

@@ -5,12 +5,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "src/runtime/tokenizer/tokenizer_impl.h"
+#include "src/runtime/tools/hermes_tags.h"
 
 namespace hetero::internal {
 namespace {
 
-constexpr std::string_view kOpenTag = "<tool_call>";
-constexpr std::string_view kCloseTag = "</tool_call>";
 constexpr int kMaxSpaces = 2;
 constexpr size_t kMaxCachedMasks = 1024;
 // Within this many tokens of the budget's end, tokens are checked against the room left.
@@ -86,8 +85,8 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
         s.spaces = 0;
         return s.matcher.Feed(c);
       }
-      if (s.suffix_pos >= kOpenTag.size() || c != static_cast<uint8_t>(kOpenTag[s.suffix_pos])) return false;
-      if (++s.suffix_pos == kOpenTag.size()) {
+      if (s.suffix_pos >= kHermesOpenTag.size() || c != static_cast<uint8_t>(kHermesOpenTag[s.suffix_pos])) return false;
+      if (++s.suffix_pos == kHermesOpenTag.size()) {
         s.phase = Phase::kJson;
         s.spaces = 0;
         s.suffix_pos = 0;
@@ -111,8 +110,8 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
         return s.matcher.Feed(c);
       }
       s.recent.push_back(static_cast<char>(c));
-      if (s.recent.size() > kOpenTag.size()) s.recent.erase(0, s.recent.size() - kOpenTag.size());
-      if (s.recent == kOpenTag) {
+      if (s.recent.size() > kHermesOpenTag.size()) s.recent.erase(0, s.recent.size() - kHermesOpenTag.size());
+      if (s.recent == kHermesOpenTag) {
         s.phase = Phase::kJson;
         s.spaces = 0;
         s.recent.clear();
@@ -136,8 +135,8 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
         ++s.spaces;
         return true;
       }
-      if (c != static_cast<uint8_t>(kCloseTag[s.suffix_pos])) return false;
-      if (++s.suffix_pos == kCloseTag.size()) {
+      if (c != static_cast<uint8_t>(kHermesCloseTag[s.suffix_pos])) return false;
+      if (++s.suffix_pos == kHermesCloseTag.size()) {
         s.phase = Phase::kWaiting;  // free text, or another call
         s.spaces = 0;
       }
@@ -316,7 +315,7 @@ ToolCallConstraint::CompletionPlan ToolCallConstraint::Completion(const State& s
   if (s.phase == Phase::kOpening) {
     // A required call not opened yet: the rest of its marker, then the shortest call.
     const std::string opening =
-        format_ == ToolCallFormat::kLlama3 ? std::string("{") : std::string(kOpenTag.substr(s.suffix_pos));
+        format_ == ToolCallFormat::kLlama3 ? std::string("{") : std::string(kHermesOpenTag.substr(s.suffix_pos));
     State opened = s;
     plan.bytes = FeedAll(opened, opening) ? opening + Completion(opened).bytes : "";
   } else if (s.phase == Phase::kJson && s.matcher.InStringBody() && Feed(closed, '"')) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hetero/tools.h"
+#include "src/runtime/tools/hermes_tags.h"
 #include "nlohmann/json.hpp"
 
 namespace hetero {
@@ -12,8 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kOpenTag = "<tool_call>";
-constexpr std::string_view kCloseTag = "</tool_call>";
 constexpr size_t kMaxRawBytes = 4096;  // kept per call, for reports
 
 std::string_view Trim(std::string_view s) {
@@ -105,14 +104,14 @@ ParsedReply ParseHermes(std::string_view reply) {
   ParsedReply out;
   size_t at = 0;
   while (at < reply.size()) {
-    const size_t open = reply.find(kOpenTag, at);
+    const size_t open = reply.find(internal::kHermesOpenTag, at);
     if (open == std::string_view::npos) {
       out.text += reply.substr(at);
       break;
     }
     out.text += reply.substr(at, open - at);
-    const size_t body = open + kOpenTag.size();
-    const size_t close = reply.find(kCloseTag, body);
+    const size_t body = open + internal::kHermesOpenTag.size();
+    const size_t close = reply.find(internal::kHermesCloseTag, body);
     if (close == std::string_view::npos) {
       // Cut off (max tokens) or never closed: parse what there is, say it was unterminated.
       std::vector<ParsedToolCall> calls;
@@ -125,7 +124,7 @@ ParsedReply ParseHermes(std::string_view reply) {
       break;
     }
     AddCalls(reply.substr(body, close - body), out.calls);
-    at = close + kCloseTag.size();
+    at = close + internal::kHermesCloseTag.size();
   }
   out.text = std::string(Trim(out.text));
   return out;
@@ -205,7 +204,7 @@ ParsedReply ParseToolCalls(std::string_view reply, ToolCallFormat format) {
     case ToolCallFormat::kGeneric: return ParseGeneric(reply);
     case ToolCallFormat::kAuto: {
       // Without a template to decide: Hermes tags if present, else generic JSON.
-      if (reply.find(kOpenTag) != std::string_view::npos) return ParseHermes(reply);
+      if (reply.find(internal::kHermesOpenTag) != std::string_view::npos) return ParseHermes(reply);
       return ParseGeneric(reply);
     }
   }
