@@ -10,6 +10,14 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$repo_root/build-fuzz/bin"
 findings="$repo_root/build-fuzz/findings"
 mkdir -p "$findings"
+# Every target in tests/fuzz must have been built (the fuzz build preset lists them).
+for source in "$repo_root"/tests/fuzz/*_fuzzer.cc; do
+  name="$(basename "$source" .cc)"
+  if [ ! -x "$bin/$name" ]; then
+    echo "fuzz: $bin/$name is missing: add $name to the fuzz build preset's targets (CMakePresets.json)" >&2
+    exit 1
+  fi
+done
 status=0
 for fuzzer in "$bin"/*_fuzzer; do
   name="$(basename "$fuzzer" _fuzzer)"

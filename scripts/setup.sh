@@ -34,8 +34,10 @@ esac
 #                       the system's Python)
 #   libomp-dev          clang's OpenMP: the fuzz, asan and tsan presets (clang) need it, as
 #                       the default preset (gcc) needs libgomp, for find_package(OpenMP)
+#   ccache              not needed, used when present: a second build of the same sources
+#                       (the Python wheel after `make run`) comes from its cache
 packages=(
-  build-essential cmake ninja-build make pkg-config binutils ca-certificates
+  build-essential cmake ninja-build make pkg-config binutils ca-certificates ccache
   python3 python3-pip python3-pytest python3-venv
   libabsl-dev libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev

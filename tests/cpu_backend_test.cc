@@ -256,7 +256,8 @@ TEST_P(ReferenceTest, LoraAdaptersMatchTheMergedNumpyReference) {
     ASSERT_TRUE(seq.ok());
     std::vector<float> logits((*backend)->vocab_size());
     ASSERT_TRUE((*backend)->Prefill(*seq, c.prompt, absl::MakeSpan(logits)).ok());
-    EXPECT_GT(RelativeL2(logits, c.logits), 10 * tolerance) << c.model << ": the adapter changes too little to test";
+    // (0.12-0.5 relative L2, measured: more than three times the loosest tolerance above.)
+    EXPECT_GT(RelativeL2(logits, c.logits), 0.05) << c.model << ": the adapter changes too little to test";
     (*backend)->FreeSequence(*seq);
     ++checked;
   }
@@ -494,12 +495,17 @@ TEST(CpuBackendTest, PromptSplitIntoPassesGivesBitIdenticalLogits) {
   auto backend = CpuBackend::Create(**model, TestOptions());
   ASSERT_TRUE(backend.ok());
   CpuBackend& b = **backend;
+  // Under a sanitizer, 48 tokens: the portable kernels took 193 s there for 200 (ASan, AMD
+  // EPYC, 2026-12-03); what the sanitizer checks is the same code on shorter passes.
+  const int tokens = HETERO_TEST_SANITIZED ? 48 : 200;
   std::vector<int32_t> prompt;
-  for (int i = 0; i < 200; ++i) prompt.push_back(100 + (i * 37) % 3000);
+  for (int i = 0; i < tokens; ++i) prompt.push_back(100 + (i * 37) % 3000);
   std::vector<float> whole(b.vocab_size()), split(b.vocab_size());
   const SequenceId one_pass = *b.NewSequence();
   ASSERT_TRUE(b.Prefill(one_pass, prompt, absl::MakeSpan(whole)).ok());
-  for (size_t cut : {192u, 199u, 100u, 7u}) {  // a block boundary, a last lone row, halves
+  const size_t n = prompt.size();
+  // A block boundary (blocks of 16), a last lone row, halves, a short head.
+  for (size_t cut : {(n - 1) / 16 * 16, n - 1, n / 2, size_t{7}}) {
     const SequenceId s = *b.NewSequence();
     ASSERT_TRUE(b.Prefill(s, absl::MakeSpan(prompt).subspan(0, cut), absl::MakeSpan(split)).ok());
     ASSERT_TRUE(b.Prefill(s, absl::MakeSpan(prompt).subspan(cut), absl::MakeSpan(split)).ok());
