@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "hetero/engine.h"
 #include "tests/support/default_model.h"
+#include "tests/support/greedy_run.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/tiny_model.h"
 
@@ -60,18 +61,6 @@ class LoraTest : public ::testing::Test {
     c.adapter = adapter;
     c.adapter_scale = scale;
     return c;
-  }
-  static RunOptions GreedyRun(int tokens) {
-    RunOptions r;
-    r.max_tokens = tokens;
-    r.ignore_end_of_generation = true;
-    r.logprobs = 0;
-    return r;
-  }
-  static std::vector<int32_t> Tokens(const RunResult& r) {
-    std::vector<int32_t> ids;
-    for (const TokenLogprob& t : r.logprobs) ids.push_back(t.token);
-    return ids;
   }
 };
 
@@ -187,42 +176,42 @@ TEST_F(LoraTest, SessionsShareCachedPromptsOnlyWithTheSameAdapter) {
     ASSERT_TRUE(engine->LoadAdapter("style", Adapter(StyleAdapter(), "style.gguf")).ok());
     auto s = engine->NewSession(system);
     ASSERT_TRUE((*s)->SetAdapter("style").ok());
-    auto r = (*s)->Run("Name a color.", GreedyRun(10));
+    auto r = (*s)->Run("Name a color.", testing::GreedyRun(10));
     ASSERT_TRUE(r.ok()) << r.status();
-    alone = Tokens(*r);
+    alone = testing::GeneratedTokens(*r);
   }
   auto engine = MakeEngine();
   ASSERT_NE(engine, nullptr);
   ASSERT_TRUE(engine->LoadAdapter("style", Adapter(StyleAdapter(), "style.gguf")).ok());
   auto plain = engine->NewSession(system);
-  auto plain_run = (*plain)->Run("Name a color.", GreedyRun(10));
+  auto plain_run = (*plain)->Run("Name a color.", testing::GreedyRun(10));
   ASSERT_TRUE(plain_run.ok());
-  EXPECT_NE(Tokens(*plain_run), alone);
+  EXPECT_NE(testing::GeneratedTokens(*plain_run), alone);
 
   auto styled = engine->NewSession(system);
   ASSERT_TRUE((*styled)->SetAdapter("style").ok());
   EXPECT_EQ((*styled)->adapter(), (std::pair<std::string, float>{"style", 1.0f}));
-  auto styled_run = (*styled)->Run("Name a color.", GreedyRun(10));
+  auto styled_run = (*styled)->Run("Name a color.", testing::GreedyRun(10));
   ASSERT_TRUE(styled_run.ok());
   EXPECT_EQ(styled_run->report.shared_prompt_tokens, 0) << "blocks the base model encoded were used with the adapter";
-  EXPECT_EQ(Tokens(*styled_run), alone);
+  EXPECT_EQ(testing::GeneratedTokens(*styled_run), alone);
 
   auto again = engine->NewSession(system);
   ASSERT_TRUE((*again)->SetAdapter("style").ok());
-  auto again_run = (*again)->Run("Name a color.", GreedyRun(10));
+  auto again_run = (*again)->Run("Name a color.", testing::GreedyRun(10));
   ASSERT_TRUE(again_run.ok());
   EXPECT_GT(again_run->report.shared_prompt_tokens, 0) << "the same adapter's blocks were not shared";
-  EXPECT_EQ(Tokens(*again_run), alone);
+  EXPECT_EQ(testing::GeneratedTokens(*again_run), alone);
   // Another scale is another KV.
   auto half = engine->NewSession(system);
   ASSERT_TRUE((*half)->SetAdapter("style", 0.5f).ok());
-  auto half_run = (*half)->Run("Name a color.", GreedyRun(10));
+  auto half_run = (*half)->Run("Name a color.", testing::GreedyRun(10));
   ASSERT_TRUE(half_run.ok());
   EXPECT_EQ(half_run->report.shared_prompt_tokens, 0);
 
   // Changing a session's adapter releases its KV; the next run encodes again, as a fresh one.
   auto switched = engine->NewSession(system);
-  ASSERT_TRUE((*switched)->Run("Name a color.", GreedyRun(10)).ok());
+  ASSERT_TRUE((*switched)->Run("Name a color.", testing::GreedyRun(10)).ok());
   EXPECT_GT((*switched)->kv_tokens(), 0);
   ASSERT_TRUE((*switched)->SetAdapter("style").ok());
   EXPECT_EQ((*switched)->kv_tokens(), 0);
@@ -237,13 +226,13 @@ TEST_F(LoraTest, SessionStateCarriesTheAdapter) {
   ASSERT_TRUE(engine->LoadAdapter("style", path).ok());
   auto whole = engine->NewSession();
   ASSERT_TRUE((*whole)->SetAdapter("style", 0.8f).ok());
-  ASSERT_TRUE((*whole)->Run("Name a color.", GreedyRun(8)).ok());
-  auto expected = (*whole)->Run("And another one?", GreedyRun(12));
+  ASSERT_TRUE((*whole)->Run("Name a color.", testing::GreedyRun(8)).ok());
+  auto expected = (*whole)->Run("And another one?", testing::GreedyRun(12));
   ASSERT_TRUE(expected.ok());
 
   auto first = engine->NewSession();
   ASSERT_TRUE((*first)->SetAdapter("style", 0.8f).ok());
-  ASSERT_TRUE((*first)->Run("Name a color.", GreedyRun(8)).ok());
+  ASSERT_TRUE((*first)->Run("Name a color.", testing::GreedyRun(8)).ok());
   auto state = (*first)->SaveState();
   ASSERT_TRUE(state.ok()) << state.status();
 
@@ -255,9 +244,9 @@ TEST_F(LoraTest, SessionStateCarriesTheAdapter) {
   auto restored = other->RestoreSession(*state);
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->adapter(), (std::pair<std::string, float>{"style", 0.8f}));
-  auto next = (*restored)->Run("And another one?", GreedyRun(12));
+  auto next = (*restored)->Run("And another one?", testing::GreedyRun(12));
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(Tokens(*next), Tokens(*expected));
+  EXPECT_EQ(testing::GeneratedTokens(*next), testing::GeneratedTokens(*expected));
   EXPECT_GT(next->report.reused_prompt_tokens, 0);
 }
 

@@ -16,6 +16,7 @@
 #include "hetero/engine.h"
 #include "src/runtime/session_state.h"
 #include "tests/support/default_model.h"
+#include "tests/support/greedy_run.h"
 #include "tests/support/status_matchers.h"
 
 namespace hetero {
@@ -146,18 +147,6 @@ class SessionStateTest : public ::testing::Test {
     EXPECT_TRUE(engine.ok()) << engine.status();
     return engine.ok() ? std::move(*engine) : nullptr;
   }
-  static RunOptions Greedy(int tokens) {
-    RunOptions r;
-    r.max_tokens = tokens;
-    r.ignore_end_of_generation = true;
-    r.logprobs = 0;  // the token ids
-    return r;
-  }
-  static std::vector<int32_t> Tokens(const RunResult& r) {
-    std::vector<int32_t> ids;
-    for (const TokenLogprob& t : r.logprobs) ids.push_back(t.token);
-    return ids;
-  }
 };
 
 TEST_F(SessionStateTest, RestoredSessionContinuesWithTheSameTokensWithoutRePrefill) {
@@ -165,13 +154,13 @@ TEST_F(SessionStateTest, RestoredSessionContinuesWithTheSameTokensWithoutRePrefi
   ASSERT_NE(engine, nullptr);
   // Uninterrupted: two turns in one session.
   auto whole = engine->NewSession("You are a helpful assistant.");
-  ASSERT_TRUE((*whole)->Run("Name three rivers.", Greedy(16)).ok());
-  auto expected = (*whole)->Run("Which of them is the longest?", Greedy(32));
+  ASSERT_TRUE((*whole)->Run("Name three rivers.", testing::GreedyRun(16)).ok());
+  auto expected = (*whole)->Run("Which of them is the longest?", testing::GreedyRun(32));
   ASSERT_TRUE(expected.ok()) << expected.status();
 
   // The same first turn, saved to a file, restored into another engine.
   auto first = engine->NewSession("You are a helpful assistant.");
-  ASSERT_TRUE((*first)->Run("Name three rivers.", Greedy(16)).ok());
+  ASSERT_TRUE((*first)->Run("Name three rivers.", testing::GreedyRun(16)).ok());
   const int saved_tokens = (*first)->kv_tokens();
   ASSERT_GT(saved_tokens, 0);
   const std::string path = ::testing::TempDir() + "/session.state";
@@ -184,9 +173,9 @@ TEST_F(SessionStateTest, RestoredSessionContinuesWithTheSameTokensWithoutRePrefi
   ASSERT_TRUE(restored.ok()) << restored.status();
   EXPECT_EQ((*restored)->kv_tokens(), saved_tokens);
   EXPECT_EQ((*restored)->messages().size(), (*first)->messages().size());
-  auto next = (*restored)->Run("Which of them is the longest?", Greedy(32));
+  auto next = (*restored)->Run("Which of them is the longest?", testing::GreedyRun(32));
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(Tokens(*next), Tokens(*expected)) << "the next 32 greedy tokens";
+  EXPECT_EQ(testing::GeneratedTokens(*next), testing::GeneratedTokens(*expected)) << "the next 32 greedy tokens";
   EXPECT_EQ(next->text, expected->text);
   EXPECT_EQ(next->report.reused_prompt_tokens, saved_tokens) << "no prefill of the saved tokens";
   EXPECT_EQ(next->report.stages[0].tokens_in, next->report.prompt_tokens - saved_tokens);
@@ -223,7 +212,7 @@ TEST_F(SessionStateTest, RestoredKvIsNeverSharedWithOtherSessions) {
   ASSERT_NE(engine, nullptr);
   const std::string system = "You are a helpful assistant. " + std::string(200, '.');
   auto first = engine->NewSession(system);
-  ASSERT_TRUE((*first)->Run("Name three rivers.", Greedy(8)).ok());
+  ASSERT_TRUE((*first)->Run("Name three rivers.", testing::GreedyRun(8)).ok());
   auto state = (*first)->SaveState();
   ASSERT_TRUE(state.ok()) << state.status();
   auto fresh = MakeEngine();
@@ -231,7 +220,7 @@ TEST_F(SessionStateTest, RestoredKvIsNeverSharedWithOtherSessions) {
   auto restored = fresh->RestoreSession(*state);
   ASSERT_TRUE(restored.ok()) << restored.status();
   auto stranger = fresh->NewSession(system);
-  auto r = (*stranger)->Run("Name three rivers.", Greedy(4));
+  auto r = (*stranger)->Run("Name three rivers.", testing::GreedyRun(4));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->report.shared_prompt_tokens, 0) << "no blocks from the restored state";
   EXPECT_EQ(fresh->stats().kv_shared_tokens, 0);
