@@ -19,6 +19,11 @@
 #                           root's apt archive cache so repeated runs download less; empty
 #                           (the default) caches nothing. Only .deb files are kept there:
 #                           package lists, installed packages and the build start anew.
+#   HETERO_FRESH_CCACHE     a host folder bind-mounted as the root's ccache directory, so
+#                           repeated runs compile only what changed; empty (the default)
+#                           starts every build cold. It cannot hide a missing package:
+#                           configure and link always run, and ccache compiles again
+#                           whenever an included file changed or is gone.
 # What is carried from the host, and why: /etc/resolv.conf and the host's locally added CA
 # certificates (/usr/local/share/ca-certificates), which are this site's network (a
 # TLS-inspecting egress proxy), not the project's dependencies. Nothing else.
@@ -131,24 +136,37 @@ else
   say "apt .deb cache: none (every package is downloaded)"
 fi
 
+ccache_dir="${HETERO_FRESH_CCACHE:-}"
+if [ -n "$ccache_dir" ]; then
+  mkdir -p "$ccache_dir" "$root/root/.cache/ccache"
+  # ccache's own locking keeps concurrent users apart; still, one check per folder reads plainer.
+  exec 8>"$ccache_dir/.fresh-machine-check.lock"
+  flock -n 8 || die "another fresh-machine check is using the ccache folder $ccache_dir; wait for it, or set HETERO_FRESH_CCACHE to another folder (or to nothing)"
+  say "ccache folder: $ccache_dir ($(du -sh "$ccache_dir" | cut -f1)); configure and link run anew"
+else
+  say "ccache folder: none (every build is cold)"
+fi
+
 # Each command runs in a private mount and PID namespace (so no mount outlives it and no
 # process is left behind), chrooted, with a login's bare environment: nothing of this host's
-# PATH, Python or pip settings. Arguments: root, command, apt cache folder (may be empty).
+# PATH, Python or pip settings. Arguments: root, command, apt cache folder and ccache folder
+# (either may be empty).
 in_namespace='
   set -e
-  root="$1" cmd="$2" cache="$3"
+  root="$1" cmd="$2" cache="$3" ccache="$4"
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
   mount -t tmpfs tmpfs "$root/tmp"
   [ -z "$cache" ] || mount --bind "$cache" "$root/var/cache/apt/archives"
+  [ -z "$ccache" ] || mount --bind "$ccache" "$root/root/.cache/ccache"
   exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     bash -c "cd /root/hetero && eval \"\$1\"" step "$cmd"'
 run_in_root() {
   local cmd="$1" log="$2"
   unshare --mount --pid --fork --propagation private \
-    bash -c "$in_namespace" in-namespace "$root" "$cmd" "$cache_dir" 2>&1 | tee "$log"
+    bash -c "$in_namespace" in-namespace "$root" "$cmd" "$cache_dir" "$ccache_dir" 2>&1 | tee "$log"
   return "${PIPESTATUS[0]}"
 }
 
