@@ -205,8 +205,10 @@ int main(int argc, char** argv) {
         o.format = hetero::ToolCallFormat::kLlama3;
       } else if (f == "generic") {
         o.format = hetero::ToolCallFormat::kGeneric;
+      } else if (f == "granite") {
+        o.format = hetero::ToolCallFormat::kGranite;
       } else {
-        return Fail("unknown format '" + f + "' (auto, hermes, llama3, generic)");
+        return Fail("unknown format '" + f + "' (auto, hermes, llama3, granite, generic)");
       }
     } else if (a == "--tool-choice") {
       const std::string c = value();
@@ -216,7 +218,7 @@ int main(int argc, char** argv) {
       o.think = false;
     } else if (a == "-h" || a == "--help") {
       std::printf(
-          "usage: hetero-agent [-m MODEL] [-t THREADS] [-n TOKENS] [--no-constrain] [--format auto|hermes|llama3|generic]\n"
+          "usage: hetero-agent [-m MODEL] [-t THREADS] [-n TOKENS] [--no-constrain] [--format auto|hermes|llama3|granite|generic]\n"
           "                    [--tool-choice auto|required] [--no-think] [--facts FILE] [\"question\"]\n"
           "       hetero-agent --suite FILE [--compare] [--json] [--limit N] [--facts FILE]\n");
       return 0;

@@ -6,8 +6,10 @@ chats, tool definitions, tool calls and tool results, Unicode and empty messages
 Templates: the default model's own tokenizer.chat_template (read from its GGUF), and, when
 a directory of other models' templates is given (file names as in llama.cpp's
 models/templates/), Qwen2.5 (ChatML with Hermes tools), Llama 3.1, Gemma 2, Qwen3
-(Qwen-Qwen3-0.6B.jinja: Hermes tools and <think> reasoning, also with enable_thinking=False) and
-Phi-3.5 (microsoft-Phi-3.5-mini-instruct.jinja); a file missing from the directory keeps the
+(Qwen-Qwen3-0.6B.jinja: Hermes tools and <think> reasoning, also with enable_thinking=False),
+Phi-3.5 (microsoft-Phi-3.5-mini-instruct.jinja) and Granite 3.0
+(ibm-granite-granite-3.0-8b-instruct.jinja: the template of granite-3.0-8b-instruct, as quoted
+in llama.cpp's tests/test-chat-template.cpp); a file missing from the directory keeps the
 vectors already written for its template. The
 templates themselves are not committed; only the rendered prompts are.
 
@@ -129,13 +131,34 @@ ACCEPTS = {
               all((m["role"] == "user") == (i % 2 == 0) for i, m in enumerate(c["messages"])),
 }
 ACCEPTS["phi3.5"] = lambda c: all(m["role"] in ("system", "user", "assistant") for m in c["messages"])
+# Granite 3.0's call turn is the calls alone: no text beside them.
+ACCEPTS["granite3.0"] = lambda c: all(not (m.get("tool_calls") and m["content"]) for m in c["messages"])
+
+
+def granite_messages(messages):
+    """Granite 3.0's template knows only its own roles for calls and results: an assistant
+    turn with calls becomes "assistant_tool_call" holding the JSON list of {name, arguments},
+    a "tool" result "tool_response" (as hetero writes them)."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]} for c in m["tool_calls"]]
+            out.append({"role": "assistant_tool_call", "content": json.dumps(calls, ensure_ascii=False)})
+        elif m["role"] == "tool":
+            out.append({"role": "tool_response", "content": m["content"]})
+        else:
+            out.append(m)
+    return out
+
+
+MESSAGES = {"granite3.0": granite_messages}
 FILES = {"qwen2.5": "Qwen-Qwen2.5-7B-Instruct.jinja", "llama3.1": "meta-llama-Llama-3.1-8B-Instruct.jinja",
          "gemma2": "google-gemma-2-2b-it.jinja", "qwen3": "Qwen-Qwen3-0.6B.jinja",
-         "phi3.5": "microsoft-Phi-3.5-mini-instruct.jinja"}
+         "phi3.5": "microsoft-Phi-3.5-mini-instruct.jinja", "granite3.0": "ibm-granite-granite-3.0-8b-instruct.jinja"}
 BOS = {"qwen3": "", "smollm2": "<|im_start|>", "qwen2.5": "", "llama3.1": "<|begin_of_text|>", "gemma2": "<bos>",
-       "phi3.5": "<s>"}
+       "phi3.5": "<s>", "granite3.0": "<|end_of_text|>"}
 EOS = {"qwen3": "<|im_end|>", "smollm2": "<|im_end|>", "qwen2.5": "<|im_end|>", "llama3.1": "<|eot_id|>", "gemma2": "<eos>",
-       "phi3.5": "<|endoftext|>"}
+       "phi3.5": "<|endoftext|>", "granite3.0": "<|end_of_text|>"}
 
 
 def main():
@@ -171,7 +194,8 @@ def main():
             thinking = (True, False) if name == "qwen3" else (None,)
             for add_generation_prompt in (True, False):
                 for enable_thinking in thinking:
-                    kwargs = {"messages": conversation["messages"], "add_generation_prompt": add_generation_prompt,
+                    messages = MESSAGES.get(name, lambda m: m)(conversation["messages"])
+                    kwargs = {"messages": messages, "add_generation_prompt": add_generation_prompt,
                               "bos_token": BOS[name], "eos_token": EOS[name]}
                     if conversation.get("tools"):
                         kwargs["tools"] = [{"type": "function", "function": t} for t in conversation["tools"]]

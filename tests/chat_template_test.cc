@@ -93,6 +93,13 @@ std::optional<ChatTemplate> TemplateFor(const std::string& name) {
     EXPECT_TRUE(t.ok()) << t.status();
     return *t;
   }
+  if (name == "granite3.0") {
+    // Granite 3.0's role markers and its two roles for calls and results.
+    auto t = ChatTemplate::FromJinja(
+        "{{- '<|start_of_role|>' }} message['role'] == 'assistant_tool_call' message['role'] == 'tool_response'");
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }
   if (name == "llama3.1") return ChatTemplate::ForFormat(ChatFormat::kLlama3);
   if (name == "gemma2") return ChatTemplate::ForFormat(ChatFormat::kGemma);
   return std::nullopt;
@@ -127,7 +134,8 @@ TEST_P(ChatTemplateVectorsTest, MatchesJinja) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Templates, ChatTemplateVectorsTest,
-                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2", "qwen3", "phi3.5"), [](const auto& info) {
+                         ::testing::Values("smollm2", "qwen2.5", "llama3.1", "gemma2", "qwen3", "phi3.5",
+                                           "granite3.0"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) if (ch == '.') ch = '_';
                            return n;
@@ -357,6 +365,50 @@ TEST(ChatTemplateTest, PhiFormats) {
   EXPECT_THAT(ChatTemplate::ForFormat(ChatFormat::kPhi3).Render({{"tool", "5"}}, {}, true),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'tool'")));
   EXPECT_EQ(*ParseChatFormat("phi4"), ChatFormat::kPhi4);
+}
+
+}  // namespace
+}  // namespace hetero
+
+namespace hetero {
+namespace {
+
+// Granite 3.0 beyond the jinja2 vectors: text the model wrote before its calls stays before
+// the marker; the template's own roles pass through; a role it would drop is refused; the
+// 3.1+ templates (dated default system prompt, documents, controls) are refused, not guessed.
+TEST(ChatTemplateTest, Granite) {
+  ChatTemplate granite = ChatTemplate::ForFormat(ChatFormat::kGranite);
+  EXPECT_EQ(granite.Describe(), "granite");
+  EXPECT_TRUE(granite.supports_tools());
+  EXPECT_EQ(*ParseChatFormat("granite"), ChatFormat::kGranite);
+  ChatMessage calling{"assistant", "Let me check."};
+  calling.tool_calls = {{"c1", "weather", R"({"city": "Paris"})"}};
+  auto text = granite.Render({{"user", "Weather?"}, calling, {"tool", "18 C"}}, {}, true);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|start_of_role|>user<|end_of_role|>Weather?<|end_of_text|>\n"
+            "<|start_of_role|>assistant<|end_of_role|>Let me check.<|tool_call|>"
+            "[{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}]<|end_of_text|>\n"
+            "<|start_of_role|>tool_response<|end_of_role|>18 C<|end_of_text|>\n"
+            "<|start_of_role|>assistant<|end_of_role|>");
+  auto own_roles = granite.Render({{"assistant_tool_call", "[]"}, {"tool_response", "x"}}, {}, false);
+  ASSERT_TRUE(own_roles.ok());
+  EXPECT_EQ(*own_roles,
+            "<|start_of_role|>assistant<|end_of_role|><|tool_call|>[]<|end_of_text|>\n"
+            "<|start_of_role|>tool_response<|end_of_role|>x<|end_of_text|>\n");
+  EXPECT_EQ(*granite.Render({}, {}, true), "");  // the template opens the reply inside its loop
+  EXPECT_THAT(granite.Render({{"ipython", "x"}}, {}, true),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no 'ipython' role")));
+  ChatMessage bad_args{"assistant", ""};
+  bad_args.tool_calls = {{"c1", "weather", "{not json"}};
+  EXPECT_THAT(granite.Render({bad_args}, {}, true), StatusIs(absl::StatusCode::kInvalidArgument));
+  for (const char* later : {"<|start_of_role|> assistant_tool_call Knowledge Cutoff Date",
+                            "<|start_of_role|> available_tools documents controls",
+                            "<|start_of_role|>system<|end_of_role|>"}) {
+    EXPECT_THAT(ChatTemplate::FromJinja(later),
+                StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("other than Granite 3.0's")))
+        << later;
+  }
 }
 
 }  // namespace

@@ -196,15 +196,52 @@ TEST_F(ConstrainedDecodingTest, HermesConstrainsOnlyInsideTheTags) {
   }
 }
 
-// tool_choice required in Hermes and Llama 3.1: the reply must open with the call (free text
-// first is refused), and random sampling under the mask always yields a complete call,
-// within a tight budget too.
+// Granite: free text until <|tool_call|>, then a list of valid calls, then only the end.
+TEST_F(ConstrainedDecodingTest, GraniteConstrainsAfterTheMarker) {
+  ToolRegistry tools;
+  ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
+  std::shared_ptr<const Grammar> grammar =
+      ToolCallGrammar(ToolCallFormat::kGranite, {"convert"}, {&tools.schema(0).root()}, 2, false);
+  const auto feed_text = [&](ToolCallConstraint& c, const std::string& s) {
+    const absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(s, false, false);
+    if (!ids.ok()) return false;
+    for (int32_t id : *ids) {
+      if (!c.Allows(id)) return false;
+      c.Accept(id);
+    }
+    return true;
+  };
+  ToolCallConstraint c(vocab_, grammar, ToolCallFormat::kGranite);
+  EXPECT_TRUE(feed_text(c, "Sure, <b>converting</b> now. "));
+  EXPECT_TRUE(c.Allows(tokenizer_->eos()));  // an answer without calls may end
+  EXPECT_TRUE(feed_text(c, "<|tool_call|>"));
+  EXPECT_FALSE(c.Allows(tokenizer_->FindToken("Hello")));  // after the marker: JSON only
+  EXPECT_FALSE(c.Allows(tokenizer_->eos()));
+  EXPECT_FALSE(c.Allows(tokenizer_->FindToken("{")));  // a list, not an object
+  EXPECT_TRUE(feed_text(c, R"([{"name": "convert", "arguments": {"value": 5, "from": "km", "to": "mi"}}, )"));
+  EXPECT_FALSE(feed_text(c, R"({"name": "other")"));  // an unknown tool
+  ToolCallConstraint d(vocab_, grammar, ToolCallFormat::kGranite);
+  EXPECT_TRUE(feed_text(d, R"(<|tool_call|>[{"name": "convert", "arguments": {"value": 1, "from": "m", "to": "ft"}}])"));
+  EXPECT_FALSE(d.Allows(tokenizer_->FindToken(" Done")));  // the calls end the reply
+  EXPECT_TRUE(d.Allows(tokenizer_->eos()));
+  EXPECT_FALSE(d.broken());
+  // At most max_calls (2) calls.
+  ToolCallConstraint e(vocab_, grammar, ToolCallFormat::kGranite);
+  const std::string one = R"({"name": "convert", "arguments": {"value": 1, "from": "m", "to": "ft"}})";
+  EXPECT_TRUE(feed_text(e, "<|tool_call|>[" + one + ", " + one));
+  EXPECT_FALSE(e.Allows(tokenizer_->FindToken(",")));
+  EXPECT_TRUE(e.Allows(tokenizer_->FindToken("]")));
+}
+
+// tool_choice required in Hermes, Granite and Llama 3.1: the reply must open with the call
+// (free text first is refused), and random sampling under the mask always yields a complete
+// call, within a tight budget too.
 TEST_F(ConstrainedDecodingTest, RequiredCallsOpenTheReply) {
   ToolRegistry tools;
   ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
-  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3}) {
-    const char* key = format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
-    std::shared_ptr<const Grammar> grammar = Grammar::ToolCall({"convert"}, {&tools.schema(0).root()}, key);
+  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kGranite}) {
+    std::shared_ptr<const Grammar> grammar =
+        ToolCallGrammar(format, {"convert"}, {&tools.schema(0).root()}, /*max_calls=*/1, /*calls_only=*/true);
     ToolCallConstraint free_text(vocab_, grammar, format, /*call_required=*/true);
     EXPECT_FALSE(free_text.Allows(tokenizer_->FindToken("Sure"))) << ToolCallFormatName(format);
     EXPECT_FALSE(free_text.Allows(tokenizer_->eos())) << ToolCallFormatName(format);
@@ -227,7 +264,10 @@ TEST_F(ConstrainedDecodingTest, RequiredCallsOpenTheReply) {
         if (format == ToolCallFormat::kHermes && text.find("</tool_call>") != std::string::npos) break;
       }
       const std::string trimmed(absl::StripLeadingAsciiWhitespace(text));
-      EXPECT_EQ(trimmed.rfind(format == ToolCallFormat::kHermes ? "<tool_call>" : "{", 0), 0u) << text;
+      const char* opening = format == ToolCallFormat::kHermes    ? "<tool_call>"
+                            : format == ToolCallFormat::kGranite ? "<|tool_call|>"
+                                                                 : "{";
+      EXPECT_EQ(trimmed.rfind(opening, 0), 0u) << text;
       const ParsedReply parsed = ParseToolCalls(text, format);
       ASSERT_EQ(parsed.calls.size(), 1u) << text;
       EXPECT_EQ(parsed.calls[0].name, "convert") << text;

@@ -113,6 +113,16 @@ TEST(SessionStateCodecTest, RefusesCorruptTruncatedAndHostileState) {
   bad_turn.generated[99] = {ToolCallFormat::kGeneric, "x"};
   EXPECT_THAT(internal::DecodeSessionState(internal::EncodeSessionState(bad_turn)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("generated[1].message")));
+  // Every format round-trips; one past the last is refused.
+  internal::SessionStateData granite = SmallState();
+  granite.generated[2] = {ToolCallFormat::kGranite, "<|tool_call|>[]"};
+  auto granite_back = internal::DecodeSessionState(internal::EncodeSessionState(granite));
+  ASSERT_TRUE(granite_back.ok()) << granite_back.status();
+  EXPECT_EQ(granite_back->generated.at(2).format, ToolCallFormat::kGranite);
+  internal::SessionStateData bad_format = SmallState();
+  bad_format.generated[2] = {static_cast<ToolCallFormat>(static_cast<int>(ToolCallFormat::kGranite) + 1), "x"};
+  EXPECT_THAT(internal::DecodeSessionState(internal::EncodeSessionState(bad_format)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a tool-call format")));
 }
 
 // The fuzz seeds were written by an independent writer (Python, from the format in

@@ -1,8 +1,9 @@
-// A Qwen3-style model end to end: a tiny qwen3 (random weights, q/k norms) with the default
-// model's tokenizer and a template carrying Qwen3's features (Hermes tools, <think>
-// reasoning, enable_thinking) runs the agent loop through the engine and through the
-// hetero-agent binary, with its first reply held to a tool call: the call is parsed,
-// validated and run, and the template is recognised as Qwen3's.
+// Models whose templates define their own tool-call syntax, end to end: a tiny model (random
+// weights) with the default model's tokenizer and a template carrying the family's features
+// runs the agent loop through the engine and through the hetero-agent binary, with its first
+// reply held to a tool call: the call is parsed, validated and run, and the template is
+// recognised. Qwen3 (q/k norms; Hermes tools, <think> reasoning, enable_thinking) and
+// Granite 3.0 (its multipliers; "<|tool_call|>" and a JSON list of calls).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -28,6 +29,15 @@ constexpr char kQwen3StyleTemplate[] =
     "the user query.\\n\\n<tools>\" }}{%- endif %}{%- set ns = namespace(last_query_index=messages|length - 1) %}"
     "{%- if message.reasoning_content is defined %}{{- '<think>\\n' }}{%- endif %}"
     "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
+
+// Granite 3.0's template (as published for granite-3.0-8b-instruct), its tool section and turns.
+constexpr char kGraniteTemplate[] =
+    "{%- if tools %}\n    {{- '<|start_of_role|>available_tools<|end_of_role|>\n' }}\n"
+    "{%- for message in messages %}\n    {%- if message['role'] == 'assistant_tool_call' %}\n"
+    "    {{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + message['content'] + '<|end_of_text|>\n' }}\n"
+    "    {%- elif message['role'] == 'tool_response' %}\n"
+    "    {{- '<|start_of_role|>tool_response<|end_of_role|>' + message['content'] + '<|end_of_text|>\n' }}\n"
+    "    {%- endif %}\n{%- endfor %}";
 
 // The default model's vocabulary, merges and special token ids, copied into `b`.
 void CopyTokenizer(const GgufFile& from, testing::GgufBuilder& b) {
@@ -57,11 +67,18 @@ void CopyTokenizer(const GgufFile& from, testing::GgufBuilder& b) {
   }
 }
 
-std::string WriteTinyQwen3() {
+struct Family {
+  const char* architecture;
+  const char* chat_template;
+  const char* described;    // ChatTemplate::Describe()
+  const char* tool_format;  // the format the template defines
+};
+
+std::string WriteTinyModel(const Family& family) {
   auto vocab = GgufFile::Open(kDefaultModelPath);
   EXPECT_TRUE(vocab.ok()) << vocab.status();
   testing::TinyModelOptions o;
-  o.architecture = "qwen3";
+  o.architecture = family.architecture;
   o.n_vocab = 49152;  // the default model's vocabulary
   o.context_length = 4096;  // the example tools' descriptions are long
   o.head_dim = 32;
@@ -69,8 +86,8 @@ std::string WriteTinyQwen3() {
   o.seed = 5;
   testing::GgufBuilder b = testing::TinyModelBuilder(o);
   CopyTokenizer(**vocab, b);
-  b.AddString("tokenizer.chat_template", kQwen3StyleTemplate);
-  return testing::WriteTempFile(b.Build(), "tiny-qwen3-agent.gguf");
+  b.AddString("tokenizer.chat_template", family.chat_template);
+  return testing::WriteTempFile(b.Build(), absl::StrCat("tiny-", family.architecture, "-agent.gguf"));
 }
 
 Tool AddTool() {
@@ -83,15 +100,18 @@ Tool AddTool() {
   return t;
 }
 
-TEST(Qwen3AgentTest, ToolCallThroughTheEngine) {
+class TemplateAgentTest : public ::testing::TestWithParam<Family> {};
+
+TEST_P(TemplateAgentTest, ToolCallThroughTheEngine) {
   HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
-  const std::string path = WriteTinyQwen3();
+  const Family& family = GetParam();
+  const std::string path = WriteTinyModel(family);
   EngineOptions options;
   options.threads = 1;
   auto engine = Engine::Create(path, options);
   ASSERT_TRUE(engine.ok()) << engine.status();
-  EXPECT_EQ((*engine)->chat_template().Describe(), "chatml (hermes tools) (qwen3 reasoning)");
-  EXPECT_TRUE((*engine)->chat_template().supports_reasoning());
+  EXPECT_EQ((*engine)->chat_template().Describe(), family.described);
+  EXPECT_TRUE((*engine)->chat_template().supports_tools());
   auto registry = std::make_shared<ToolRegistry>();
   ASSERT_TRUE(registry->Register(AddTool()).ok());
   auto session = (*engine)->NewSession();
@@ -104,15 +124,16 @@ TEST(Qwen3AgentTest, ToolCallThroughTheEngine) {
   run.enable_thinking = false;
   auto result = (*session)->Run("What is 2 plus 3?", run);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->report.tool_format, "hermes");
+  EXPECT_EQ(result->report.tool_format, family.tool_format);
   ASSERT_FALSE(result->report.tool_calls.empty());
   EXPECT_EQ(result->report.tool_calls[0].name, "add");
   EXPECT_EQ(result->report.tool_calls[0].outcome, "ok") << result->report.tool_calls[0].detail;
 }
 
-TEST(Qwen3AgentTest, HeteroAgentParsesTheCall) {
+TEST_P(TemplateAgentTest, HeteroAgentParsesTheCall) {
   HETERO_SKIP_WITHOUT_DEFAULT_MODEL();
-  const std::string path = WriteTinyQwen3();
+  const Family& family = GetParam();
+  const std::string path = WriteTinyModel(family);
   const std::string command = absl::StrCat(HETERO_AGENT_BINARY, " -m ", path,
                                            " -t 1 -n 48 --tool-choice required --no-think \"What is 2 plus 3?\" 2>&1");
   FILE* pipe = popen(command.c_str(), "r");
@@ -123,9 +144,15 @@ TEST(Qwen3AgentTest, HeteroAgentParsesTheCall) {
   const int status = pclose(pipe);
   EXPECT_EQ(status, 0) << out;
   EXPECT_THAT(out, HasSubstr("tool call (round 0): "));
-  EXPECT_THAT(out, HasSubstr("format hermes"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("format ", family.tool_format)));
   EXPECT_THAT(out, HasSubstr("answer: "));
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, TemplateAgentTest,
+    ::testing::Values(Family{"qwen3", kQwen3StyleTemplate, "chatml (hermes tools) (qwen3 reasoning)", "hermes"},
+                      Family{"granite", kGraniteTemplate, "granite", "granite"}),
+    [](const auto& info) { return std::string(info.param.architecture); });
 
 }  // namespace
 }  // namespace hetero

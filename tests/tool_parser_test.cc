@@ -106,12 +106,45 @@ TEST(ToolParserTest, Generic) {
   EXPECT_THAT(r.calls[0].error, HasSubstr("non-empty list"));
 }
 
+TEST(ToolParserTest, Granite) {
+  ParsedReply r = ParseToolCalls(
+      "Let me look.\n<|tool_call|>[{\"name\": \"weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+      "{\"arguments\": {\"q\": \"x\"}, \"name\": \"search\"}]",
+      ToolCallFormat::kGranite);
+  EXPECT_EQ(r.text, "Let me look.");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "weather");
+  EXPECT_EQ(r.calls[0].arguments_json, R"({"city":"Paris"})");
+  EXPECT_EQ(r.calls[1].name, "search");
+  EXPECT_EQ(r.calls[1].arguments_json, R"({"q":"x"})");
+  // A lone object is taken as one call; no marker is an answer, even if it looks like JSON.
+  r = ParseToolCalls(R"(<|tool_call|>{"name": "a", "arguments": {}})", ToolCallFormat::kGranite);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "a");
+  r = ParseToolCalls(R"(  [{"name": "a", "arguments": {}}] )", ToolCallFormat::kGranite);
+  EXPECT_FALSE(r.is_tool_call());
+  EXPECT_EQ(r.text, R"([{"name": "a", "arguments": {}}])");
+  // Broken: cut off, empty list, wrong shape.
+  r = ParseToolCalls(R"(<|tool_call|>[{"name": "a", "argum)", ToolCallFormat::kGranite);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_THAT(r.calls[0].error, HasSubstr("invalid JSON"));
+  r = ParseToolCalls("<|tool_call|>[]", ToolCallFormat::kGranite);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_THAT(r.calls[0].error, HasSubstr("empty list"));
+  r = ParseToolCalls(R"(<|tool_call|>[{"name": "a", "arguments": [1]}])", ToolCallFormat::kGranite);
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_THAT(r.calls[0].error, HasSubstr("must be a JSON object"));
+  EXPECT_EQ(ToolCallFormatName(ToolCallFormat::kGranite), "granite");
+}
+
 // Random and truncated input: never crashes; every call has a name or an error.
 TEST(ToolParserTest, HostileInputNeverBreaksIt) {
-  const std::string good = "<tool_call>{\"name\": \"calc\", \"arguments\": {\"e\": \"(1+2)*3\", \"n\": [1, 2.5, true, null]}}</tool_call>";
+  const std::string hermes = "<tool_call>{\"name\": \"calc\", \"arguments\": {\"e\": \"(1+2)*3\", \"n\": [1, 2.5, true, null]}}</tool_call>";
+  const std::string granite = "ok <|tool_call|>[{\"name\": \"calc\", \"arguments\": {\"e\": \"(1+2)*3\"}}, {\"name\": \"x\"}]";
   std::mt19937 rng(7);
-  const char alphabet[] = "{}[]\":,\\ <>/tool_calnmeargus0123456789\xc3\xa9\xff\x00\n";
+  const char alphabet[] = "{}[]\":,\\ <>/|tool_calnmeargus0123456789\xc3\xa9\xff\x00\n";
   for (int i = 0; i < 3000; ++i) {
+    const std::string& good = i % 2 == 0 ? hermes : granite;
     std::string s;
     if (i % 3 == 0) {
       s = good.substr(0, rng() % (good.size() + 1));  // truncated
@@ -122,7 +155,8 @@ TEST(ToolParserTest, HostileInputNeverBreaksIt) {
       const int n = static_cast<int>(rng() % 80);
       for (int k = 0; k < n; ++k) s.push_back(alphabet[rng() % (sizeof(alphabet) - 1)]);
     }
-    for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kGeneric, ToolCallFormat::kAuto}) {
+    for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kGeneric,
+                             ToolCallFormat::kGranite, ToolCallFormat::kAuto}) {
       const ParsedReply r = ParseToolCalls(s, f);
       for (const ParsedToolCall& c : r.calls) EXPECT_TRUE(!c.name.empty() || !c.error.empty()) << s;
     }

@@ -215,6 +215,15 @@ TEST(ReplyStreamTest, ShowsOnlyAnswerText) {
             "Let me  done <b>");
   EXPECT_EQ(Stream(ToolCallFormat::kLlama3, {"  {\"name\"", ": 1}"}), "");
   EXPECT_EQ(Stream(ToolCallFormat::kLlama3, {"  The", " answer"}), "  The answer");
+  // Granite: the text before <|tool_call|>, however the marker is split; nothing after it.
+  const std::string granite = "Let me check. <|tool_call|>[{\"name\": \"x\", \"arguments\": {}}] trailing";
+  for (size_t cut = 0; cut <= granite.size(); ++cut) {
+    EXPECT_EQ(Stream(ToolCallFormat::kGranite, {granite.substr(0, cut), granite.substr(cut)}), "Let me check. ") << cut;
+  }
+  std::vector<std::string> bytes;
+  for (char c : granite) bytes.push_back(std::string(1, c));
+  EXPECT_EQ(Stream(ToolCallFormat::kGranite, bytes), "Let me check. ");
+  EXPECT_EQ(Stream(ToolCallFormat::kGranite, {"a <|tool", "_c", "all>", " b"}), "a <|tool_call> b");
 }
 
 }  // namespace

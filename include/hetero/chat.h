@@ -64,9 +64,9 @@ struct ToolDefinition {
   std::string parameters_json;  // a JSON schema object
 };
 
-enum class ChatFormat { kChatML, kLlama3, kMistral, kZephyr, kGemma, kPhi3, kPhi4 };
+enum class ChatFormat { kChatML, kLlama3, kMistral, kZephyr, kGemma, kPhi3, kPhi4, kGranite };
 
-// "chatml", "llama3", "mistral", "zephyr", "gemma", "phi3", "phi4".
+// "chatml", "llama3", "mistral", "zephyr", "gemma", "phi3", "phi4", "granite".
 HETERO_EXPORT std::string_view ChatFormatName(ChatFormat format);
 HETERO_EXPORT absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name);
 

@@ -78,13 +78,15 @@ class HETERO_EXPORT ToolRegistry {
 // How a model writes tool calls.
 enum class ToolCallFormat {
   kAuto,     // from the chat template: Hermes for ChatML with a tool section, Llama 3.1
-             // JSON for Llama 3.1+, else Generic
+             // JSON for Llama 3.1+, Granite for Granite 3, else Generic
   kHermes,   // <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one or several
              // (also a JSON list inside one tag)
   kLlama3,   // the reply is {"name": ..., "parameters": {...}} (optionally after
              // <|python_tag|>)
   kGeneric,  // tools described in the system prompt; the whole reply is one JSON object:
              // {"tool_calls": [{"name": ..., "arguments": {...}}, ...]} or {"response": "..."}
+  kGranite,  // <|tool_call|>[{"name": ..., "arguments": {...}}, ...] ends the reply (text may
+             // come before the marker)
 };
 
 HETERO_EXPORT std::string_view ToolCallFormatName(ToolCallFormat format);

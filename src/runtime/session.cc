@@ -9,6 +9,7 @@
 #include "src/runtime/status_macros.h"
 #include "src/runtime/test_hooks.h"
 #include "src/runtime/tools/json_schema.h"
+#include "src/runtime/tools/tool_call_constraint.h"
 #include "src/runtime/tools/tool_prompt.h"
 
 namespace hetero {
@@ -186,10 +187,7 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
       }
       if (task.tool_format == ToolCallFormat::kGeneric) task.answer_grammar = internal::Grammar::GenericReply({}, {});
       const int max_calls = options.max_parallel_calls > 0 ? options.max_parallel_calls : 4;
-      const char* arguments_key = task.tool_format == ToolCallFormat::kLlama3 ? "parameters" : "arguments";
-      task.tool_grammar = task.tool_format == ToolCallFormat::kGeneric
-                              ? internal::Grammar::GenericReply(names, schemas, max_calls)
-                              : internal::Grammar::ToolCall(names, schemas, arguments_key);
+      task.tool_grammar = internal::ToolCallGrammar(task.tool_format, names, schemas, max_calls, /*calls_only=*/false);
       if (options.tool_choice != RunOptions::ToolChoice::kAuto) {
         std::vector<std::string> chosen_names;
         std::vector<const internal::SchemaNode*> chosen_schemas;
@@ -198,9 +196,8 @@ absl::StatusOr<RunResult> Session::RunTurn(const std::string* user_message, cons
           chosen_names.push_back(names[i]);
           chosen_schemas.push_back(schemas[i]);
         }
-        forced_calls = task.tool_format == ToolCallFormat::kGeneric
-                           ? internal::Grammar::GenericReply(chosen_names, chosen_schemas, max_calls, /*calls_only=*/true)
-                           : internal::Grammar::ToolCall(chosen_names, chosen_schemas, arguments_key);
+        forced_calls =
+            internal::ToolCallGrammar(task.tool_format, chosen_names, chosen_schemas, max_calls, /*calls_only=*/true);
       }
     }
   }

@@ -160,7 +160,7 @@ absl::Status ParseConversation(std::string_view text, SessionStateData& s) {
       return Malformed(absl::StrCat(where, ".message is not the index of a message"));
     }
     if (!g.contains("format") || !g["format"].is_number_integer() || g["format"].get<int64_t>() < 0 ||
-        g["format"].get<int64_t>() > static_cast<int64_t>(ToolCallFormat::kGeneric)) {
+        g["format"].get<int64_t>() > static_cast<int64_t>(ToolCallFormat::kGranite)) {
       return Malformed(absl::StrCat(where, ".format is not a tool-call format"));
     }
     absl::StatusOr<std::string> text = StringField(g, "text", where);

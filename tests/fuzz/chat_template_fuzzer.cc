@@ -85,7 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const bool add_generation_prompt = data[0] & 1;
   for (hetero::ChatFormat format : {hetero::ChatFormat::kChatML, hetero::ChatFormat::kLlama3, hetero::ChatFormat::kMistral,
-                                    hetero::ChatFormat::kZephyr, hetero::ChatFormat::kGemma}) {
+                                    hetero::ChatFormat::kZephyr, hetero::ChatFormat::kGemma, hetero::ChatFormat::kPhi3,
+                                    hetero::ChatFormat::kPhi4, hetero::ChatFormat::kGranite}) {
     Check(hetero::ChatTemplate::ForFormat(format), messages, tools, add_generation_prompt);
   }
   absl::StatusOr<hetero::ChatTemplate> recognised = hetero::ChatTemplate::FromJinja(jinja);

@@ -40,6 +40,7 @@ std::unique_ptr<hetero::Model> g_model;
 std::unique_ptr<hetero::Tokenizer> g_tokenizer;
 std::shared_ptr<const VocabBytes> g_vocab;
 std::vector<int32_t> g_hermes_marker;  // "<tool_call>\n" as tokens
+std::vector<int32_t> g_granite_marker;  // "<|tool_call|>" as tokens
 
 void Check(bool ok, const char* what, const std::string& text = "") {
   if (!ok) {
@@ -71,14 +72,16 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   g_tokenizer = std::move(*tokenizer);
   g_vocab = std::make_shared<VocabBytes>(*g_tokenizer);
   g_hermes_marker = *g_tokenizer->Encode("<tool_call>\n", /*add_bos=*/false, /*parse_special=*/false);
+  g_granite_marker = *g_tokenizer->Encode("<|tool_call|>", /*add_bos=*/false, /*parse_special=*/false);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
-  const ToolCallFormat format = data[0] % 3 == 0   ? ToolCallFormat::kGeneric
-                                : data[0] % 3 == 1 ? ToolCallFormat::kHermes
-                                                   : ToolCallFormat::kLlama3;
+  const ToolCallFormat format = data[0] % 4 == 0   ? ToolCallFormat::kGeneric
+                                : data[0] % 4 == 1 ? ToolCallFormat::kHermes
+                                : data[0] % 4 == 2 ? ToolCallFormat::kLlama3
+                                                   : ToolCallFormat::kGranite;
   const int budget = 8 + data[1] % 56;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 2, size - 2);
   const size_t nul = rest.find('\0');
@@ -91,18 +94,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       "b": {"type": "number"}}, "required": ["a", "b"], "additionalProperties": false})")).ok()) std::abort();
   const std::vector<std::string> names = {"fuzz", "add"};
   const std::vector<const SchemaNode*> schemas = {&tools.schema(0).root(), &tools.schema(1).root()};
-  std::shared_ptr<const Grammar> grammar =
-      format == ToolCallFormat::kGeneric  ? Grammar::GenericReply(names, schemas)
-      : format == ToolCallFormat::kHermes ? Grammar::ToolCall(names, schemas)
-                                          : Grammar::ToolCall(names, schemas, "parameters");
+  std::shared_ptr<const Grammar> grammar = ToolCallGrammar(format, names, schemas, /*max_calls=*/4, /*calls_only=*/false);
   ToolCallConstraint constraint(g_vocab, grammar, format);
 
   const int vocab = g_tokenizer->vocab_size();
   std::string text;
   int step = 0;
-  if (format == ToolCallFormat::kHermes) {  // start inside a call, where the grammar is
-    for (int32_t id : g_hermes_marker) {
-      Check(constraint.Allows(id), "the Hermes marker is allowed");
+  if (format == ToolCallFormat::kHermes || format == ToolCallFormat::kGranite) {  // start inside a call
+    for (int32_t id : format == ToolCallFormat::kHermes ? g_hermes_marker : g_granite_marker) {
+      Check(constraint.Allows(id), "the marker is allowed");
       constraint.Accept(id);
       text += g_vocab->bytes[id];
       ++step;
@@ -153,6 +153,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(call.error.empty(), "every call parses", text);
     Check(tools.ValidateArguments(call.name, call.arguments_json).ok(), "every call's arguments validate", text);
   }
-  if (format == ToolCallFormat::kHermes) Check(!reply.calls.empty(), "the call was written", text);
+  if (format == ToolCallFormat::kHermes || format == ToolCallFormat::kGranite) {
+    Check(!reply.calls.empty(), "the call was written", text);
+  }
   return 0;
 }

@@ -21,7 +21,8 @@ namespace {
 
 void FuzzParser(std::string_view reply, uint8_t split_seed) {
   using hetero::ToolCallFormat;
-  for (ToolCallFormat format : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kGeneric}) {
+  for (ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kGeneric, ToolCallFormat::kGranite}) {
     const hetero::ParsedReply parsed = hetero::ParseToolCalls(reply, format);
     for (const hetero::ParsedToolCall& call : parsed.calls) {
       if (!call.error.empty()) continue;

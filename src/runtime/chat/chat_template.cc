@@ -404,6 +404,54 @@ absl::StatusOr<std::string> RenderPhi4(const std::vector<ChatMessage>& messages,
   return out;
 }
 
+// Granite 3.0: "<|start_of_role|>ROLE<|end_of_role|>" turns closed by "<|end_of_text|>\n";
+// tools first, each as tojson(indent=4) of its JSON-schema form; a call turn is the
+// assistant's "<|tool_call|>" and a JSON list of {"name", "arguments"}. The template knows the
+// roles "assistant_tool_call" and "tool_response"; hetero writes its assistant messages
+// with tool_calls and its "tool" messages as those (text before the calls stays before the
+// marker, where the model writes it).
+absl::StatusOr<std::string> RenderGranite(const std::vector<ChatMessage>& messages,
+                                          const std::vector<ToolDefinition>& tools, bool add_generation_prompt) {
+  std::string out;
+  if (!tools.empty()) {
+    out += "<|start_of_role|>available_tools<|end_of_role|>\n";
+    for (size_t i = 0; i < tools.size(); ++i) {
+      HETERO_ASSIGN_OR_RETURN(nlohmann::ordered_json tool, ToolJson(tools[i]));
+      absl::StrAppend(&out, i > 0 ? "\n\n" : "", PythonJsonDumps(tool, 4));
+    }
+    out += "<|end_of_text|>\n";
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "assistant" && !m.tool_calls.empty()) {
+      nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+      for (const ToolCall& call : m.tool_calls) {
+        HETERO_ASSIGN_OR_RETURN(
+            nlohmann::ordered_json args,
+            ParseOrderedJson(call.arguments_json, absl::StrCat("arguments of the call to '", call.name, "'")));
+        nlohmann::ordered_json one;
+        one["name"] = call.name;
+        one["arguments"] = std::move(args);
+        calls.push_back(std::move(one));
+      }
+      absl::StrAppend(&out, "<|start_of_role|>assistant<|end_of_role|>", m.content, "<|tool_call|>",
+                      PythonJsonDumps(calls), "<|end_of_text|>\n");
+    } else if (m.role == "assistant_tool_call") {
+      absl::StrAppend(&out, "<|start_of_role|>assistant<|end_of_role|><|tool_call|>", m.content, "<|end_of_text|>\n");
+    } else if (m.role == "tool" || m.role == "tool_response") {
+      absl::StrAppend(&out, "<|start_of_role|>tool_response<|end_of_role|>", m.content, "<|end_of_text|>\n");
+    } else if (m.role == "system" || m.role == "user" || m.role == "assistant") {
+      absl::StrAppend(&out, "<|start_of_role|>", m.role, "<|end_of_role|>", m.content, "<|end_of_text|>\n");
+    } else {
+      // The template skips other roles; a message must not vanish without a word.
+      return absl::InvalidArgumentError(absl::StrCat("granite chat format has no '", m.role, "' role (message ", i, ")"));
+    }
+  }
+  // The template opens the reply inside its loop: never after an empty conversation.
+  if (add_generation_prompt && !messages.empty()) out += "<|start_of_role|>assistant<|end_of_role|>";
+  return out;
+}
+
 // The default system prompt a ChatML template writes as a literal system turn.
 std::string FindDefaultSystemPrompt(absl::string_view jinja) {
   constexpr absl::string_view kOpen = "<|im_start|>system";
@@ -439,17 +487,18 @@ std::string_view ChatFormatName(ChatFormat format) {
     case ChatFormat::kGemma: return "gemma";
     case ChatFormat::kPhi3: return "phi3";
     case ChatFormat::kPhi4: return "phi4";
+    case ChatFormat::kGranite: return "granite";
   }
   return "unknown";
 }
 
 absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {
   for (ChatFormat f : {ChatFormat::kChatML, ChatFormat::kLlama3, ChatFormat::kMistral, ChatFormat::kZephyr,
-                       ChatFormat::kGemma, ChatFormat::kPhi3, ChatFormat::kPhi4}) {
+                       ChatFormat::kGemma, ChatFormat::kPhi3, ChatFormat::kPhi4, ChatFormat::kGranite}) {
     if (ChatFormatName(f) == name) return f;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown chat format '", std::string(name),
-                                                 "' (known: chatml, llama3, mistral, zephyr, gemma, phi3, phi4)"));
+                                                 "' (known: chatml, llama3, mistral, zephyr, gemma, phi3, phi4, granite)"));
 }
 
 ChatTemplate ChatTemplate::ForFormat(ChatFormat format) {
@@ -469,6 +518,7 @@ ChatTemplate ChatTemplate::ForFormat(ChatFormat format) {
     case ChatFormat::kGemma: spec->bos = "<bos>"; break;
     case ChatFormat::kPhi3: spec->eos = "<|endoftext|>"; break;
     case ChatFormat::kPhi4: break;
+    case ChatFormat::kGranite: spec->eos = "<|end_of_text|>"; break;
   }
   return ChatTemplate(std::move(spec));
 }
@@ -484,6 +534,17 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text
   std::optional<ChatFormat> format;
   if (absl::StrContains(jinja, "<|im_sep|>")) {
     format = ChatFormat::kPhi4;  // ChatML's markers, another separator
+  } else if (absl::StrContains(jinja, "<|start_of_role|>")) {
+    // Granite 3.0's template; 3.1 and later add a dated default system prompt, documents
+    // and "controls", which this renderer does not write.
+    if (!absl::StrContains(jinja, "assistant_tool_call") || absl::StrContains(jinja, "Knowledge Cutoff") ||
+        absl::StrContains(jinja, "documents") || absl::StrContains(jinja, "controls")) {
+      return absl::UnimplementedError(
+          "Granite chat template other than Granite 3.0's (3.1+ adds a dated default system prompt, documents "
+          "and controls) is not supported; use ChatTemplate::ForFormat(ChatFormat::kGranite) or "
+          "ChatTemplate::Custom");
+    }
+    format = ChatFormat::kGranite;
   } else if (absl::StrContains(jinja, "<|user|>") && absl::StrContains(jinja, "<|assistant|>") &&
              absl::StrContains(jinja, "<|end|>")) {
     // Phi-3 and 3.5 write each role's marker literally; Phi-4-mini builds it from the role
@@ -513,7 +574,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view jinja_text
     }
     return absl::UnimplementedError(absl::StrCat(
         "chat template not recognised (it begins \"", PrintableName(head),
-        "\"); choose a family with ChatTemplate::ForFormat (chatml, llama3, mistral, zephyr, gemma, phi3, phi4) "
+        "\"); choose a family with ChatTemplate::ForFormat (chatml, llama3, mistral, zephyr, gemma, phi3, phi4, granite) "
         "or supply a formatter with ChatTemplate::Custom"));
   }
   ChatTemplate t = ForFormat(*format);
@@ -588,6 +649,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>&
     case ChatFormat::kGemma: return RenderGemma(*spec_, messages, add_generation_prompt);
     case ChatFormat::kPhi3: return RenderPhi3(*spec_, messages, add_generation_prompt);
     case ChatFormat::kPhi4: return RenderPhi4(messages, add_generation_prompt);
+    case ChatFormat::kGranite: return RenderGranite(messages, tools, add_generation_prompt);
   }
   return absl::InternalError("unknown chat format");
 }
@@ -625,7 +687,8 @@ SplitReply SplitReasoning(std::string_view reply) {
 }
 
 bool ChatTemplate::supports_tools() const {
-  return !spec_->custom && (spec_->hermes_tools || (spec_->format == ChatFormat::kLlama3 && spec_->llama31));
+  return !spec_->custom && (spec_->hermes_tools || (spec_->format == ChatFormat::kLlama3 && spec_->llama31) ||
+                            spec_->format == ChatFormat::kGranite);
 }
 
 const std::string& ChatTemplate::default_system_prompt() const { return spec_->default_system_prompt; }

@@ -5,6 +5,7 @@
 #include "hetero/router.h"
 #include "src/runtime/log_internal.h"
 #include "src/runtime/stages/stages.h"
+#include "src/runtime/tools/tool_call_constraint.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -46,10 +47,7 @@ absl::Status RunUnderstandGate(TaskContext& task, const std::string& user_messag
         const std::vector<std::string> names = {name};
         const std::vector<const internal::SchemaNode*> schemas = {&registry->schema(i).root()};
         task.route_grammar =
-            task.tool_format == ToolCallFormat::kGeneric
-                ? internal::Grammar::GenericReply(names, schemas, /*max_calls=*/1, /*calls_only=*/true)
-                : internal::Grammar::ToolCall(names, schemas,
-                                              task.tool_format == ToolCallFormat::kLlama3 ? "parameters" : "arguments");
+            internal::ToolCallGrammar(task.tool_format, names, schemas, /*max_calls=*/1, /*calls_only=*/true);
       }
       if (task.route_grammar == nullptr) {
         internal::Log(LogLevel::kWarning, absl::StrCat("route '", d.route, "' names tool '", name,

@@ -92,6 +92,18 @@ std::unique_ptr<Grammar> Grammar::ToolCall(const std::vector<std::string>& names
   return g;
 }
 
+std::unique_ptr<Grammar> Grammar::ToolCallList(const std::vector<std::string>& names,
+                                               const std::vector<const SchemaNode*>& schemas, int max_calls) {
+  auto g = std::make_unique<Grammar>();
+  GrammarNode* calls = g->New();
+  calls->kind = GrammarNode::Kind::kArray;
+  calls->items = g->CallNode(names, schemas, "arguments");
+  calls->min_items = 1;
+  calls->max_items = max_calls;
+  g->root_ = calls;
+  return g;
+}
+
 std::unique_ptr<Grammar> Grammar::GenericReply(const std::vector<std::string>& names,
                                                const std::vector<const SchemaNode*>& schemas, int max_calls,
                                                bool calls_only) {

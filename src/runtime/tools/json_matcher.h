@@ -51,6 +51,9 @@ class Grammar {
   static std::unique_ptr<Grammar> ToolCall(const std::vector<std::string>& names,
                                            const std::vector<const SchemaNode*>& schemas,
                                            std::string_view arguments_key = "arguments");
+  // A list of 1 to max_calls tool call objects (Granite 3's call turn).
+  static std::unique_ptr<Grammar> ToolCallList(const std::vector<std::string>& names,
+                                               const std::vector<const SchemaNode*>& schemas, int max_calls = 4);
   // The generic reply: {"tool_calls": [call, ...]} (1 to max_calls) or {"response": "..."}.
   // With `calls_only`, the answer form is not allowed (a route that must call a tool).
   static std::unique_ptr<Grammar> GenericReply(const std::vector<std::string>& names,

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "src/runtime/tokenizer/utf8.h"
-#include "src/runtime/tools/hermes_tags.h"
+#include "src/runtime/tools/tool_call_markers.h"
 
 namespace hetero::internal {
 namespace {
@@ -30,6 +30,8 @@ bool ReplyStream::Push(std::string_view piece) {
       return PushHermes(piece);
     case ToolCallFormat::kGeneric:
       return PushGeneric(piece);
+    case ToolCallFormat::kGranite:
+      return PushGranite(piece);
     case ToolCallFormat::kLlama3: {
       if (mode_ == Mode::kUndecided) {
         pending_ += piece;
@@ -65,6 +67,22 @@ bool ReplyStream::PushHermes(std::string_view piece) {
     pending_.erase(0, pending_.size() - keep);
     break;
   }
+  return Emit(out);
+}
+
+bool ReplyStream::PushGranite(std::string_view piece) {
+  if (in_tag_) return true;  // the calls run to the end of the reply
+  pending_ += piece;
+  const size_t at = pending_.find(kGraniteCallMarker);
+  if (at != std::string::npos) {
+    in_tag_ = true;
+    const std::string before = pending_.substr(0, at);
+    pending_.clear();
+    return Emit(before);
+  }
+  const size_t keep = PartialTag(pending_, kGraniteCallMarker);
+  const std::string out = pending_.substr(0, pending_.size() - keep);
+  pending_.erase(0, pending_.size() - keep);
   return Emit(out);
 }
 

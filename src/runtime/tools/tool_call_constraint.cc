@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "src/runtime/tokenizer/tokenizer_impl.h"
-#include "src/runtime/tools/hermes_tags.h"
+#include "src/runtime/tools/tool_call_markers.h"
 
 namespace hetero::internal {
 namespace {
@@ -19,7 +19,23 @@ constexpr int kBudgetMargin = 2;
 
 bool IsSpace(uint8_t c) { return c == ' ' || c == '\n'; }
 
+// The marker that opens a call in a tagged format.
+std::string_view OpenMarker(ToolCallFormat format) {
+  return format == ToolCallFormat::kGranite ? kGraniteCallMarker : kHermesOpenTag;
+}
+
 }  // namespace
+
+std::unique_ptr<Grammar> ToolCallGrammar(ToolCallFormat format, const std::vector<std::string>& names,
+                                         const std::vector<const SchemaNode*>& schemas, int max_calls,
+                                         bool calls_only) {
+  switch (format) {
+    case ToolCallFormat::kGeneric: return Grammar::GenericReply(names, schemas, max_calls, calls_only);
+    case ToolCallFormat::kGranite: return Grammar::ToolCallList(names, schemas, max_calls);
+    case ToolCallFormat::kLlama3: return Grammar::ToolCall(names, schemas, "parameters");
+    default: return Grammar::ToolCall(names, schemas, "arguments");
+  }
+}
 
 VocabBytes::VocabBytes(const Tokenizer& tokenizer) {
   const int n = tokenizer.vocab_size();
@@ -85,8 +101,9 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
         s.spaces = 0;
         return s.matcher.Feed(c);
       }
-      if (s.suffix_pos >= kHermesOpenTag.size() || c != static_cast<uint8_t>(kHermesOpenTag[s.suffix_pos])) return false;
-      if (++s.suffix_pos == kHermesOpenTag.size()) {
+      const std::string_view marker = OpenMarker(format_);
+      if (s.suffix_pos >= marker.size() || c != static_cast<uint8_t>(marker[s.suffix_pos])) return false;
+      if (++s.suffix_pos == marker.size()) {
         s.phase = Phase::kJson;
         s.spaces = 0;
         s.suffix_pos = 0;
@@ -110,8 +127,8 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
         return s.matcher.Feed(c);
       }
       s.recent.push_back(static_cast<char>(c));
-      if (s.recent.size() > kHermesOpenTag.size()) s.recent.erase(0, s.recent.size() - kHermesOpenTag.size());
-      if (s.recent == kHermesOpenTag) {
+      if (s.recent.size() > OpenMarker(format_).size()) s.recent.erase(0, s.recent.size() - OpenMarker(format_).size());
+      if (s.recent == OpenMarker(format_)) {
         s.phase = Phase::kJson;
         s.spaces = 0;
         s.recent.clear();
@@ -119,7 +136,8 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
       }
       return true;
     case Phase::kJson:
-      if (format_ == ToolCallFormat::kHermes && !s.matcher.started() && IsSpace(c) && s.spaces < kMaxSpaces) {
+      if (format_ != ToolCallFormat::kLlama3 && format_ != ToolCallFormat::kGeneric && !s.matcher.started() &&
+          IsSpace(c) && s.spaces < kMaxSpaces) {
         ++s.spaces;
         return true;
       }
@@ -165,7 +183,7 @@ bool ToolCallConstraint::AllowsToken(const State& s, int32_t token) const {
     // they may spell the marker.
     if (s.phase != Phase::kWaiting && s.phase != Phase::kOpening) return false;
   }
-  if (s.phase == Phase::kWaiting && format_ == ToolCallFormat::kHermes &&
+  if (s.phase == Phase::kWaiting && (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kGranite) &&
       vocab_->bytes[token].find('<') == std::string::npos && s.recent.empty()) {
     return true;  // free text that cannot start the marker
   }
@@ -315,7 +333,7 @@ ToolCallConstraint::CompletionPlan ToolCallConstraint::Completion(const State& s
   if (s.phase == Phase::kOpening) {
     // A required call not opened yet: the rest of its marker, then the shortest call.
     const std::string opening =
-        format_ == ToolCallFormat::kLlama3 ? std::string("{") : std::string(kHermesOpenTag.substr(s.suffix_pos));
+        format_ == ToolCallFormat::kLlama3 ? std::string("{") : std::string(OpenMarker(format_).substr(s.suffix_pos));
     State opened = s;
     plan.bytes = FeedAll(opened, opening) ? opening + Completion(opened).bytes : "";
   } else if (s.phase == Phase::kJson && s.matcher.InStringBody() && Feed(closed, '"')) {

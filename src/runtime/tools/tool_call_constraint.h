@@ -1,7 +1,8 @@
 // The TokenConstraint for tool calls: a JsonMatcher over a tool-call grammar, applied to
 // tokens through their bytes. Per format it starts at once (generic), after the
 // "<tool_call>" marker (Hermes; then "</tool_call>" must close the call, and free text may
-// follow), or when the reply opens with '{' (Llama 3.1). Masks are cached per matcher
+// follow), after "<|tool_call|>" (Granite; a list of calls, then the reply ends), or when
+// the reply opens with '{' (Llama 3.1). Masks are cached per matcher
 // state, and built by walking the tokens in byte order, so that a prefix shared by many
 // tokens is fed once and a refused prefix rejects every token that starts with it.
 #ifndef HETERO_RUNTIME_TOOLS_TOOL_CALL_CONSTRAINT_H_
@@ -40,11 +41,19 @@ struct VocabBytes {
   size_t longest = 0;                   // bytes of the longest token in `sorted`
 };
 
+// The grammar of one call turn in `format`: a call object (Hermes, Llama 3.1 with
+// "parameters"), a list of 1 to max_calls calls (Granite), the generic reply object
+// (`calls_only`: without its answer form).
+std::unique_ptr<Grammar> ToolCallGrammar(ToolCallFormat format, const std::vector<std::string>& names,
+                                         const std::vector<const SchemaNode*>& schemas, int max_calls,
+                                         bool calls_only);
+
 class ToolCallConstraint : public TokenConstraint {
  public:
   // `grammar` must outlive the constraint (shared ownership through the pointer).
   // `call_required` (tool_choice required or named, a router's tool route): the reply opens
-  // with a call, "<tool_call>" in Hermes (after at most a few spaces), '{' in Llama 3.1; the
+  // with a call, "<tool_call>" in Hermes and "<|tool_call|>" in Granite (after at most a few
+  // spaces), '{' in Llama 3.1; the
   // generic format's grammar says so itself.
   ToolCallConstraint(std::shared_ptr<const VocabBytes> vocab, std::shared_ptr<const Grammar> grammar,
                      ToolCallFormat format, bool call_required = false);

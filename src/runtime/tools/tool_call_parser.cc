@@ -1,11 +1,11 @@
-// ParseToolCalls: tool calls out of model replies, in the Hermes, Llama 3.1 and generic
-// formats (hetero/tools.h). Malformed markup never fails the parse: it becomes a call
+// ParseToolCalls: tool calls out of model replies, in the Hermes, Llama 3.1, Granite and
+// generic formats (hetero/tools.h). Malformed markup never fails the parse: it becomes a call
 // carrying an error (so the model can be told what was wrong) or plain text.
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "hetero/tools.h"
-#include "src/runtime/tools/hermes_tags.h"
+#include "src/runtime/tools/tool_call_markers.h"
 #include "nlohmann/json.hpp"
 
 namespace hetero {
@@ -143,6 +143,19 @@ ParsedReply ParseLlama3(std::string_view reply) {
   return out;
 }
 
+// Text, then "<|tool_call|>" and a JSON list of calls (a lone object is taken too).
+ParsedReply ParseGranite(std::string_view reply) {
+  ParsedReply out;
+  const size_t marker = reply.find(internal::kGraniteCallMarker);
+  if (marker == std::string_view::npos) {
+    out.text = std::string(Trim(reply));
+    return out;
+  }
+  out.text = std::string(Trim(reply.substr(0, marker)));
+  AddCalls(reply.substr(marker + internal::kGraniteCallMarker.size()), out.calls);
+  return out;
+}
+
 ParsedReply ParseGeneric(std::string_view reply) {
   ParsedReply out;
   const std::string_view r = Trim(reply);
@@ -193,6 +206,7 @@ std::string_view ToolCallFormatName(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3: return "llama3";
     case ToolCallFormat::kGeneric: return "generic";
+    case ToolCallFormat::kGranite: return "granite";
   }
   return "?";
 }
@@ -202,6 +216,7 @@ ParsedReply ParseToolCalls(std::string_view reply, ToolCallFormat format) {
     case ToolCallFormat::kHermes: return ParseHermes(reply);
     case ToolCallFormat::kLlama3: return ParseLlama3(reply);
     case ToolCallFormat::kGeneric: return ParseGeneric(reply);
+    case ToolCallFormat::kGranite: return ParseGranite(reply);
     case ToolCallFormat::kAuto: {
       // Without a template to decide: Hermes tags if present, else generic JSON.
       if (reply.find(internal::kHermesOpenTag) != std::string_view::npos) return ParseHermes(reply);

@@ -74,6 +74,10 @@ std::string Instructions(const ToolRegistry& tools, ToolCallFormat format) {
       return absl::StrCat("You can call these tools:\n", ToolList(tools),
                           "To call a tool, reply with only {\"name\": \"<tool name>\", \"parameters\": {<arguments>}}. "
                           "Tool results come back in the next turn; then answer the user.");
+    case ToolCallFormat::kGranite:
+      return absl::StrCat("You can call these tools:\n", ToolList(tools),
+                          "To call tools, reply with <|tool_call|>[{\"name\": \"<tool name>\", \"arguments\": "
+                          "{<arguments>}}]. Tool results come back in the next turn; then answer the user.");
     default:
       return absl::StrCat(
           "You can call tools to find answers. Always reply with exactly one JSON object.\n"
@@ -88,16 +92,27 @@ std::string Instructions(const ToolRegistry& tools, ToolCallFormat format) {
 
 }  // namespace
 
+namespace {
+
+// The tool-call format a template that describes tools writes its calls in.
+ToolCallFormat TemplateToolFormat(const ChatTemplate& chat) {
+  const std::string family = chat.Describe();
+  if (absl::StartsWith(family, "llama3")) return ToolCallFormat::kLlama3;
+  if (absl::StartsWith(family, "granite")) return ToolCallFormat::kGranite;
+  return ToolCallFormat::kHermes;
+}
+
+}  // namespace
+
 ToolCallFormat ResolveToolFormat(const ChatTemplate& chat, ToolCallFormat requested) {
   if (requested != ToolCallFormat::kAuto) return requested;
   if (!chat.supports_tools()) return ToolCallFormat::kGeneric;
-  return absl::StartsWith(chat.Describe(), "llama3") ? ToolCallFormat::kLlama3 : ToolCallFormat::kHermes;
+  return TemplateToolFormat(chat);
 }
 
 bool TemplateDescribesTools(const ChatTemplate& chat, ToolCallFormat format) {
   if (format == ToolCallFormat::kGeneric || !chat.supports_tools()) return false;
-  const bool llama = absl::StartsWith(chat.Describe(), "llama3");
-  return llama == (format == ToolCallFormat::kLlama3);
+  return TemplateToolFormat(chat) == format;
 }
 
 std::vector<ChatMessage> MessagesWithToolPrompt(const std::vector<ChatMessage>& messages, const ToolRegistry& tools,
