@@ -94,7 +94,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{TensorType::kQ8_0, 31, 576, 4}, Shape{TensorType::kQ8_0, 3, 32, 7},
                       // Packed groups of 16 with 8-row tiles plus leftovers, and a tail row.
                       Shape{TensorType::kQ4_1, 48, 576, 8}, Shape{TensorType::kQ4_1, 49, 96, 17},
-                      Shape{TensorType::kQ4_0, 32, 160, 9}, Shape{TensorType::kQ8_0, 33, 576, 13}),
+                      Shape{TensorType::kQ4_0, 32, 160, 9}, Shape{TensorType::kQ8_0, 33, 576, 13},
+                      // Q8_0 packs block pairs: odd and even block counts, one and several pairs.
+                      Shape{TensorType::kQ4_0, 48, 576, 2}, Shape{TensorType::kQ4_0, 17, 64, 8},
+                      Shape{TensorType::kQ8_0, 16, 96, 3}, Shape{TensorType::kQ8_0, 40, 64, 9}),
     [](const auto& info) {
       return TensorTypeName(info.param.type) + "_" + std::to_string(info.param.n) + "x" +
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);

@@ -215,13 +215,6 @@ void PackBlockFormat(QuantizedWeights& w) {
 
 }  // namespace
 
-size_t QuantizedWeights::PackedTileBytes(TensorType type) {
-  // quants + 16 fp16 scales (+ 16 fp16 minima or int16 sums), rounded up to whole lines.
-  const size_t quants = type == TensorType::kQ8_0 ? 512 : 256;
-  const size_t extra = type == TensorType::kQ4_0 ? 32 : 64;
-  return (quants + extra + 63) / 64 * 64;
-}
-
 void QuantizedWeights::Pack() {
   if (!IsClassicFormat(type)) {
     PackBlockFormat(*this);
@@ -229,30 +222,29 @@ void QuantizedWeights::Pack() {
   }
   const int nb = k / kBlock;
   const int groups = n / kGroupRows;
-  const size_t tile_bytes = PackedTileBytes(type);
+  const size_t group_bytes = ClassicGroupBytes(type, nb);
   const size_t block_bytes = GetTensorTypeTraits(type).type_size;
   packed_rows = groups * kGroupRows;
-  packed.assign(static_cast<size_t>(groups) * nb * tile_bytes / sizeof(CacheLine), CacheLine{});
+  packed.assign(static_cast<size_t>(groups) * group_bytes / sizeof(CacheLine), CacheLine{});
   const bool q8 = type == TensorType::kQ8_0;
-  const size_t quant_bytes = q8 ? 512 : 256;
   const int qs_at = type == TensorType::kQ4_1 ? 4 : 2;
   for (int g = 0; g < groups; ++g) {
+    uint8_t* group = reinterpret_cast<uint8_t*>(packed.data()) + static_cast<size_t>(g) * group_bytes;
     for (int b = 0; b < nb; ++b) {
-      uint8_t* tile = reinterpret_cast<uint8_t*>(packed.data()) + (static_cast<size_t>(g) * nb + b) * tile_bytes;
+      const ClassicTile at = ClassicTileAt(type, b);
       for (int lane = 0; lane < kGroupRows; ++lane) {
         const uint8_t* blk = blocks + static_cast<size_t>(g * kGroupRows + lane) * row_bytes + b * block_bytes;
         // Run t of lane j holds quant bytes 4t..4t+3 (Q4: low nibbles are elements 4t..4t+3
         // and high nibbles 16+4t.., exactly as the file packs them).
-        for (int t = 0; t < (q8 ? 8 : 4); ++t) std::memcpy(tile + 64 * t + 4 * lane, blk + qs_at + 4 * t, 4);
-        std::memcpy(tile + quant_bytes + 2 * lane, blk, 2);  // scale d (fp16)
-        if (type == TensorType::kQ4_1) {
-          std::memcpy(tile + quant_bytes + 32 + 2 * lane, blk + 2, 2);  // minimum (fp16)
-        } else if (q8) {
-          int sum = 0;
-          for (int i = 0; i < kBlock; ++i) sum += static_cast<int8_t>(blk[2 + i]);
-          const int16_t s16 = static_cast<int16_t>(sum);  // |sum| <= 32 * 128
-          std::memcpy(tile + quant_bytes + 32 + 2 * lane, &s16, 2);
+        for (int t = 0; t < (q8 ? 8 : 4); ++t) {
+          uint8_t* run = group + at.quants + 64 * t + 4 * lane;
+          std::memcpy(run, blk + qs_at + 4 * t, 4);
+          if (q8) {
+            for (int i = 0; i < 4; ++i) run[i] ^= 0x80;  // int8 w as uint8 w + 128
+          }
         }
+        std::memcpy(group + at.scales + 2 * lane, blk, 2);  // scale d (fp16)
+        if (type == TensorType::kQ4_1) std::memcpy(group + at.scales + 32 + 2 * lane, blk + 2, 2);  // minimum (fp16)
       }
     }
   }

@@ -52,8 +52,8 @@ struct QuantizedWeights {
   // The AVX-512 kernels' copy (built only when they are in use), in groups of 16 rows: per
   // group and block, a tile holding the 16 rows' quants interleaved in 4-byte runs (so one
   // vpdpbusd with a broadcast activation word advances 16 outputs, and no horizontal sums
-  // are needed), then the 16 scales as fp16, then Q4_1's 16 minima (fp16) or Q8_0's 16 block
-  // sums (int16). Rows from packed_rows on (n % 16 of them) are read from `blocks`.
+  // are needed), then the 16 scales as fp16, then Q4_1's 16 minima (fp16) (ClassicTileAt).
+  // Rows from packed_rows on (n % 16 of them) are read from `blocks`.
   // The other formats (quant_blocks.h) pack into units of one block (or super-block) of
   // columns per 16 rows: per run of 32 columns the low 4 bits of the codes in the same
   // interleaved tile, then per run the higher code bits as byte masks (one 64-bit mask per
@@ -64,8 +64,37 @@ struct QuantizedWeights {
   const uint8_t* packed_bytes() const { return reinterpret_cast<const uint8_t*>(packed.data()); }
 
   static constexpr int kGroupRows = 16;
-  // Bytes of one packed tile (a whole number of cache lines).
-  static size_t PackedTileBytes(TensorType type);
+  // Where the packed copy of Q4_0, Q4_1 and Q8_0 keeps block b of a group of 16 rows (byte
+  // offsets from the group's start). Q4_0 and Q4_1: one 320-byte tile per block, its quants,
+  // the 16 scales and (Q4_1) the 16 minima. Q8_0's quants are stored plus 128, unsigned, so
+  // its offset is -128 d times the activations' block sum (as Q4_0's is -8 d) and it needs
+  // no per-block weight sums: two blocks share a 1088-byte unit, both quants, then both
+  // scales (34 bytes per 32 weights, as in the file, instead of 36). Q4_0 in pairs (576
+  // bytes) read fewer bytes but decoded about 5% slower on an AMD EPYC, so it keeps its
+  // padded tile.
+  struct ClassicTile {
+    size_t quants;
+    size_t scales;  // 16 fp16; Q4_1's minima follow at +32
+  };
+  // Inline: the kernels compute it per block, with `type` a constant.
+  static constexpr ClassicTile ClassicTileAt(TensorType type, int block) {
+    const size_t pair = static_cast<size_t>(block / 2);
+    const size_t second = static_cast<size_t>(block % 2);
+    switch (type) {
+      case TensorType::kQ4_0:
+      case TensorType::kQ4_1: return {static_cast<size_t>(block) * 320, static_cast<size_t>(block) * 320 + 256};
+      default: return {pair * 1088 + second * 512, pair * 1088 + 1024 + second * 32};  // Q8_0
+    }
+  }
+  // Bytes of a group's packed copy for `blocks` blocks of columns.
+  static constexpr size_t ClassicGroupBytes(TensorType type, int blocks) {
+    const size_t pairs = static_cast<size_t>((blocks + 1) / 2);
+    switch (type) {
+      case TensorType::kQ4_0:
+      case TensorType::kQ4_1: return static_cast<size_t>(blocks) * 320;
+      default: return pairs * 1088;  // Q8_0
+    }
+  }
 
   // Whether native kernels run `type` (no bf16 or f32 copy); k must be a whole number of
   // the type's blocks.

@@ -190,33 +190,35 @@ void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivati
 namespace {
 
 // 16 outputs (one packed group) against R activation rows. Per block: the group's quants
-// are unpacked once (Q4: 4 loads, 8 masks/shifts) into 8 vectors; per row, 8 vpdpbusd with
-// the row's activation words broadcast give 16 exact int32 block dots, then one convert
-// and two fused multiply-adds apply the scales and offsets. A row's arithmetic does not
-// depend on R (integer sums are exact, the float steps run block by block), so batching
-// never changes a sequence's logits.
+// are unpacked once (Q4: 4 loads, 8 masks/shifts; Q8_0: 8 loads of weights stored plus 128)
+// into 8 vectors; per row, 8 vpdpbusd with the row's signed activation words broadcast give
+// 16 exact int32 block dots, then one convert and two fused multiply-adds apply the scales
+// and the offset (Q4_1's minima, else -8 d or -128 d) times the activation block's sum. A
+// row's arithmetic does not depend on R (integer sums are exact, the float steps run block
+// by block), so batching never changes a sequence's logits.
 template <TensorType T, int R>
 void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations& a, int m0, float* y, int ldy) {
   constexpr bool q8 = T == TensorType::kQ8_0;
-  constexpr int quant_bytes = q8 ? 512 : 256;
-  const size_t tile_bytes = QuantizedWeights::PackedTileBytes(T);
   const int nb = w.k / kBlock;
-  const uint8_t* tile = w.packed_bytes() + static_cast<size_t>(group) * nb * tile_bytes;
+  const uint8_t* group_bytes = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
   const uint8_t* act[R];
   const float* d[R];
   const float* d_sum[R];
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const size_t at = static_cast<size_t>(m0 + r) * a.cols;
-    act[r] = q8 ? a.q_biased.data() + at : reinterpret_cast<const uint8_t*>(a.q.data()) + at;
+    act[r] = reinterpret_cast<const uint8_t*>(a.q.data()) + static_cast<size_t>(m0 + r) * a.cols;
     d[r] = a.d.data() + static_cast<size_t>(m0 + r) * nb;
     d_sum[r] = a.d_sum.data() + static_cast<size_t>(m0 + r) * nb;
     acc[r] = _mm512_setzero_ps();
   }
   const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
-  for (int b = 0; b < nb; ++b, tile += tile_bytes) {
-    if constexpr (q8) PrefetchWeights(tile, tile_bytes);
+  for (int b = 0; b < nb; ++b) {
+    const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
+    const uint8_t* tile = group_bytes + at.quants;
+    if constexpr (q8) {
+      if (b % 2 == 0) PrefetchWeights(tile, 1088);  // the pair's unit
+    }
     __m512i wq[8];
     if constexpr (q8) {
 #pragma GCC unroll 8
@@ -229,15 +231,13 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
         wq[t + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);  // 16+4t..16+4t+3
       }
     }
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(tile + quant_bytes)));
-    const __m256i extra = _mm256_load_si256(reinterpret_cast<const __m256i*>(tile + quant_bytes + 32));
-    __m512 offset;  // multiplies the activation block's sum (Q4) or scale (Q8)
+    const uint8_t* scales = group_bytes + at.scales;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
+    __m512 offset;  // multiplies the activation block's d * sum(q)
     if constexpr (T == TensorType::kQ4_1) {
-      offset = _mm512_cvtph_ps(extra);
-    } else if constexpr (T == TensorType::kQ4_0) {
-      offset = _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
-    } else {  // -128 d sum(q): the biased activations' excess
-      offset = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(extra)), dw), _mm512_set1_ps(-128.0f));
+      offset = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + 32)));
+    } else {
+      offset = _mm512_mul_ps(dw, _mm512_set1_ps(q8 ? -128.0f : -8.0f));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -247,21 +247,15 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
         int32_t x0, x1;
-        if constexpr (q8) {
-          std::memcpy(&x0, x + 4 * t, 4);
-          std::memcpy(&x1, x + 16 + 4 * t, 4);
-          dot0 = _mm512_dpbusd_epi32(dot0, _mm512_set1_epi32(x0), wq[t]);
-          dot1 = _mm512_dpbusd_epi32(dot1, _mm512_set1_epi32(x1), wq[t + 4]);
-        } else {
-          std::memcpy(&x0, x + 4 * t, 4);
-          std::memcpy(&x1, x + 16 + 4 * t, 4);
-          dot0 = _mm512_dpbusd_epi32(dot0, wq[t], _mm512_set1_epi32(x0));
-          dot1 = _mm512_dpbusd_epi32(dot1, wq[t + 4], _mm512_set1_epi32(x1));
-        }
+        std::memcpy(&x0, x + 4 * t, 4);
+        std::memcpy(&x1, x + 16 + 4 * t, 4);
+        // wq[t] holds elements 4t..4t+3 of the 16 rows, wq[t + 4] elements 16+4t..16+4t+3.
+        dot0 = _mm512_dpbusd_epi32(dot0, wq[t], _mm512_set1_epi32(x0));
+        dot1 = _mm512_dpbusd_epi32(dot1, wq[t + 4], _mm512_set1_epi32(x1));
       }
       const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dot0, dot1));
       acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_set1_ps(d[r][b])), acc[r]);
-      acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(q8 ? d[r][b] : d_sum[r][b]), acc[r]);
+      acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d_sum[r][b]), acc[r]);
     }
   }
 #pragma GCC unroll 8
