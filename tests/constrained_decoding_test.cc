@@ -103,6 +103,17 @@ class NoisySampler {
   std::vector<int32_t> history_;
 };
 
+// Feeds `text`'s tokens through `c` while it allows them; false at the first it refuses.
+bool FeedText(const Tokenizer& tokenizer, ToolCallConstraint& c, const std::string& text) {
+  const absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(text, false, false);
+  if (!ids.ok()) return false;
+  for (int32_t id : *ids) {
+    if (!c.Allows(id)) return false;
+    c.Accept(id);
+  }
+  return true;
+}
+
 std::vector<float> NoisePool(uint32_t seed) {
   std::vector<float> pool(1 << 20);
   std::mt19937 rng(seed);
@@ -165,15 +176,7 @@ TEST_F(ConstrainedDecodingTest, HermesConstrainsOnlyInsideTheTags) {
   ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
   std::shared_ptr<const Grammar> grammar = Grammar::ToolCall({"convert"}, {&tools.schema(0).root()});
   ToolCallConstraint c(vocab_, grammar, ToolCallFormat::kHermes);
-  const auto feed_text = [&](const std::string& s) {
-    const absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(s, false, false);
-    if (!ids.ok()) return false;
-    for (int32_t id : *ids) {
-      if (!c.Allows(id)) return false;
-      c.Accept(id);
-    }
-    return true;
-  };
+  const auto feed_text = [&](const std::string& s) { return FeedText(*tokenizer_, c, s); };
   EXPECT_TRUE(feed_text("Sure, converting now. "));
   EXPECT_TRUE(feed_text("<tool_call>\n"));
   EXPECT_FALSE(c.Allows(tokenizer_->FindToken("Hello")));  // inside the call: JSON only
@@ -202,15 +205,7 @@ TEST_F(ConstrainedDecodingTest, GraniteConstrainsAfterTheMarker) {
   ASSERT_TRUE(tools.Register(MakeTool("convert", kSchemas[1])).ok());
   std::shared_ptr<const Grammar> grammar =
       ToolCallGrammar(ToolCallFormat::kGranite, {"convert"}, {&tools.schema(0).root()}, 2, false);
-  const auto feed_text = [&](ToolCallConstraint& c, const std::string& s) {
-    const absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(s, false, false);
-    if (!ids.ok()) return false;
-    for (int32_t id : *ids) {
-      if (!c.Allows(id)) return false;
-      c.Accept(id);
-    }
-    return true;
-  };
+  const auto feed_text = [&](ToolCallConstraint& c, const std::string& s) { return FeedText(*tokenizer_, c, s); };
   ToolCallConstraint c(vocab_, grammar, ToolCallFormat::kGranite);
   EXPECT_TRUE(feed_text(c, "Sure, <b>converting</b> now. "));
   EXPECT_TRUE(c.Allows(tokenizer_->eos()));  // an answer without calls may end

@@ -92,15 +92,20 @@ std::unique_ptr<Grammar> Grammar::ToolCall(const std::vector<std::string>& names
   return g;
 }
 
+const GrammarNode* Grammar::CallListNode(const std::vector<std::string>& names,
+                                         const std::vector<const SchemaNode*>& schemas, int max_calls) {
+  GrammarNode* calls = New();
+  calls->kind = GrammarNode::Kind::kArray;
+  calls->items = CallNode(names, schemas, "arguments");
+  calls->min_items = 1;
+  calls->max_items = max_calls;
+  return calls;
+}
+
 std::unique_ptr<Grammar> Grammar::ToolCallList(const std::vector<std::string>& names,
                                                const std::vector<const SchemaNode*>& schemas, int max_calls) {
   auto g = std::make_unique<Grammar>();
-  GrammarNode* calls = g->New();
-  calls->kind = GrammarNode::Kind::kArray;
-  calls->items = g->CallNode(names, schemas, "arguments");
-  calls->min_items = 1;
-  calls->max_items = max_calls;
-  g->root_ = calls;
+  g->root_ = g->CallListNode(names, schemas, max_calls);
   return g;
 }
 
@@ -108,11 +113,7 @@ std::unique_ptr<Grammar> Grammar::GenericReply(const std::vector<std::string>& n
                                                const std::vector<const SchemaNode*>& schemas, int max_calls,
                                                bool calls_only) {
   auto g = std::make_unique<Grammar>();
-  GrammarNode* calls = g->New();
-  calls->kind = GrammarNode::Kind::kArray;
-  calls->items = g->CallNode(names, schemas, "arguments");
-  calls->min_items = 1;
-  calls->max_items = max_calls;
+  const GrammarNode* calls = g->CallListNode(names, schemas, max_calls);
   GrammarNode* with_calls = g->New();
   with_calls->kind = GrammarNode::Kind::kObject;
   with_calls->properties.push_back({Quote("tool_calls"), calls, true, -1, {}});

@@ -69,6 +69,9 @@ class Grammar {
   const GrammarNode* FromSchema(const SchemaNode& s);
   const GrammarNode* CallNode(const std::vector<std::string>& names, const std::vector<const SchemaNode*>& schemas,
                               std::string_view arguments_key);
+  // An array of 1 to max_calls call objects ("arguments").
+  const GrammarNode* CallListNode(const std::vector<std::string>& names, const std::vector<const SchemaNode*>& schemas,
+                                  int max_calls);
   std::deque<GrammarNode> nodes_;
   const GrammarNode* root_ = nullptr;
 };

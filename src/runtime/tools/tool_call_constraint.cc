@@ -19,6 +19,9 @@ constexpr int kBudgetMargin = 2;
 
 bool IsSpace(uint8_t c) { return c == ' ' || c == '\n'; }
 
+// Formats whose calls follow a marker in free text (Hermes, Granite).
+bool IsTagged(ToolCallFormat format) { return format == ToolCallFormat::kHermes || format == ToolCallFormat::kGranite; }
+
 // The marker that opens a call in a tagged format.
 std::string_view OpenMarker(ToolCallFormat format) {
   return format == ToolCallFormat::kGranite ? kGraniteCallMarker : kHermesOpenTag;
@@ -126,18 +129,20 @@ bool ToolCallConstraint::Feed(State& s, uint8_t c) const {
         s.spaces = 0;
         return s.matcher.Feed(c);
       }
-      s.recent.push_back(static_cast<char>(c));
-      if (s.recent.size() > OpenMarker(format_).size()) s.recent.erase(0, s.recent.size() - OpenMarker(format_).size());
-      if (s.recent == OpenMarker(format_)) {
-        s.phase = Phase::kJson;
-        s.spaces = 0;
-        s.recent.clear();
-        s.matcher = JsonMatcher(grammar_->root());
+      {
+        const std::string_view marker = OpenMarker(format_);
+        s.recent.push_back(static_cast<char>(c));
+        if (s.recent.size() > marker.size()) s.recent.erase(0, s.recent.size() - marker.size());
+        if (s.recent == marker) {
+          s.phase = Phase::kJson;
+          s.spaces = 0;
+          s.recent.clear();
+          s.matcher = JsonMatcher(grammar_->root());
+        }
       }
       return true;
     case Phase::kJson:
-      if (format_ != ToolCallFormat::kLlama3 && format_ != ToolCallFormat::kGeneric && !s.matcher.started() &&
-          IsSpace(c) && s.spaces < kMaxSpaces) {
+      if (IsTagged(format_) && !s.matcher.started() && IsSpace(c) && s.spaces < kMaxSpaces) {
         ++s.spaces;
         return true;
       }
@@ -183,7 +188,7 @@ bool ToolCallConstraint::AllowsToken(const State& s, int32_t token) const {
     // they may spell the marker.
     if (s.phase != Phase::kWaiting && s.phase != Phase::kOpening) return false;
   }
-  if (s.phase == Phase::kWaiting && (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kGranite) &&
+  if (s.phase == Phase::kWaiting && IsTagged(format_) &&
       vocab_->bytes[token].find('<') == std::string::npos && s.recent.empty()) {
     return true;  // free text that cannot start the marker
   }
