@@ -2,13 +2,20 @@
 // reference, on random queries, keys and values in paged blocks: key counts that are not
 // multiples of 16 or of the block size, one and several query heads per KV head, head
 // dimensions 64 and 128, and windows that start inside a block (sliding-window layers).
+// Rows longer than Attention::kKeysPerPart run in parts merged afterwards: the parts
+// against the same reference, and a row's result bit-identical whichever rows share its
+// pass and however many threads run it.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "src/cpu/attention.h"
 #include "src/cpu/attention_kernels.h"
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/thread_pool.h"
+#include "src/runtime/kv_layout.h"
 
 namespace hetero {
 namespace {
@@ -83,6 +90,71 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
   }
 }
 
+// The same query in parts of `part_keys` keys (each computed alone, unnormalised, with its
+// maxima and sums), merged, against the whole row's float64 attention.
+TEST_P(AttentionDecodeTest, PartsMergeToTheWholeRow) {
+  const Case c = GetParam();
+  std::mt19937 rng(c.n_keys * 17 + c.group * 5 + c.head_dim);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int n_blocks = (c.first_key + c.n_keys + c.block_tokens - 1) / c.block_tokens;
+  const size_t head_floats = static_cast<size_t>(c.block_tokens) * c.head_dim;
+  std::vector<std::vector<float>> storage(n_blocks, std::vector<float>(2 * head_floats));
+  std::vector<const float*> blocks;
+  for (auto& b : storage) {
+    for (float& v : b) v = dist(rng) * 2.0f;
+    blocks.push_back(b.data());
+  }
+  std::vector<float> q(static_cast<size_t>(c.group) * c.head_dim);
+  for (float& v : q) v = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<double> want(q.size());
+  for (int h = 0; h < c.group; ++h) {
+    std::vector<double> s(c.n_keys);
+    for (int j = 0; j < c.n_keys; ++j) {
+      const int i = c.first_key + j;
+      const float* k = blocks[i / c.block_tokens] + static_cast<size_t>(i % c.block_tokens) * c.head_dim;
+      double dot = 0;
+      for (int d = 0; d < c.head_dim; ++d) dot += static_cast<double>(q[h * c.head_dim + d]) * k[d];
+      s[j] = dot * scale;
+    }
+    const double max = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    for (double& v : s) sum += (v = std::exp(v - max));
+    for (int j = 0; j < c.n_keys; ++j) {
+      const int i = c.first_key + j;
+      const float* v = blocks[i / c.block_tokens] + head_floats + static_cast<size_t>(i % c.block_tokens) * c.head_dim;
+      for (int d = 0; d < c.head_dim; ++d) want[h * c.head_dim + d] += s[j] / sum * v[d];
+    }
+  }
+  using Kernel = void (*)(const internal::DecodeQuery&, float*, float*);
+  std::vector<std::pair<Kernel, const char*>> kernels = {{internal::AttendDecodePortable, "portable"}};
+  if (DetectCpu().avx512f) kernels.push_back({internal::AttendDecodeAvx512, "avx512"});
+  for (const int part_keys : {1, 7, 16, 64}) {
+    const int parts = (c.n_keys + part_keys - 1) / part_keys;
+    for (const auto& [kernel, name] : kernels) {
+      std::vector<float> outs(static_cast<size_t>(parts) * q.size(), -1.0f);
+      std::vector<float> max(static_cast<size_t>(parts) * c.group), sum(max.size());
+      for (int p = 0; p < parts; ++p) {
+        const int first = c.first_key + p * part_keys;
+        const int n = std::min(part_keys, c.n_keys - p * part_keys);
+        std::vector<float> scores(static_cast<size_t>(c.group) * ((n + 15) / 16 * 16));
+        internal::DecodeQuery query{q.data(),   c.group,  c.head_dim, n,          first % c.block_tokens,
+                                    blocks.data() + first / c.block_tokens,  c.block_tokens, 0,
+                                    head_floats, scale,   max.data() + p * c.group,  sum.data() + p * c.group};
+        kernel(query, scores.data(), outs.data() + p * q.size());
+      }
+      std::vector<float> got(q.size(), -1.0f);
+      internal::MergeAttentionParts(parts, c.group, c.head_dim, outs.data(), max.data(), sum.data(), got.data());
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        err += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+      }
+      EXPECT_LT(std::sqrt(err / norm), 2e-6) << name << " in parts of " << part_keys;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
                          ::testing::Values(Case{1, 1, 64, 16}, Case{5, 3, 64, 16}, Case{16, 3, 64, 16},
                                            Case{17, 1, 128, 16}, Case{100, 3, 64, 16}, Case{301, 4, 128, 32},
@@ -94,6 +166,84 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
                                   std::to_string(c.head_dim) + "_bt" + std::to_string(c.block_tokens) + "_first" +
                                   std::to_string(c.first_key);
                          });
+
+// Rows of several sequences through Attention::Run: alone on two threads (every part of
+// a row an item of its own), all in one pass (a row per item), and without a pool give
+// the same bits, and match float64.
+TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
+  const AttentionShape shape{/*n_heads=*/6, /*n_kv_heads=*/2, /*head_dim=*/64, /*block_tokens=*/16, 0.125f};
+  const KvBlockLayout layout{/*n_layers=*/1, shape.n_kv_heads, shape.head_dim, shape.block_tokens};
+  const int group = shape.n_heads / shape.n_kv_heads;
+  const size_t row_floats = static_cast<size_t>(shape.n_heads) * shape.head_dim;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // Positions short of, at and past one part, and several parts with a ragged last one.
+  const std::vector<int32_t> positions = {0, 40, 63, 64, 65, 127, 200, 333};
+  std::vector<std::vector<float>> storage;
+  std::vector<SequenceKv> seqs(positions.size());
+  for (size_t r = 0; r < positions.size(); ++r) {
+    for (int b = 0; b <= positions[r] / shape.block_tokens; ++b) {
+      storage.emplace_back(layout.block_floats());
+      for (float& v : storage.back()) v = dist(rng) * 2.0f;
+    }
+  }
+  for (size_t r = 0, b = 0; r < positions.size(); ++r) {
+    for (int i = 0; i <= positions[r] / shape.block_tokens; ++i) seqs[r].blocks.push_back(storage[b++].data());
+  }
+  std::vector<const SequenceKv*> kv;
+  for (const SequenceKv& s : seqs) kv.push_back(&s);
+  const int rows = static_cast<int>(positions.size());
+  std::vector<float> q(rows * row_floats);
+  for (float& v : q) v = dist(rng);
+  const Attention attention(shape);
+  for (const int window : {0, 50}) {
+    SCOPED_TRACE(window);
+    std::vector<float> together(q.size()), alone(q.size()), serial(q.size());
+    ThreadPool pool(2);
+    {
+      const ScopedThreadPool use(&pool);
+      attention.Run(q.data(), rows, positions.data(), kv, window, together.data());
+      for (int r = 0; r < rows; ++r) {
+        const std::vector<const SequenceKv*> one = {kv[r]};
+        attention.Run(q.data() + r * row_floats, 1, &positions[r], one, window, alone.data() + r * row_floats);
+      }
+    }
+    attention.Run(q.data(), rows, positions.data(), kv, window, serial.data());
+    for (size_t i = 0; i < q.size(); ++i) {
+      ASSERT_EQ(together[i], alone[i]) << "row " << i / row_floats;
+      ASSERT_EQ(together[i], serial[i]) << "row " << i / row_floats;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int first = window > 0 ? std::max(0, positions[r] + 1 - window) : 0;
+      double err = 0, norm = 0;
+      for (int h = 0; h < shape.n_heads; ++h) {
+        const int g = h / group;
+        const float* qh = q.data() + r * row_floats + h * shape.head_dim;
+        std::vector<double> s;
+        for (int j = first; j <= positions[r]; ++j) {
+          const float* k = seqs[r].blocks[j / shape.block_tokens] + layout.Offset(0, false, g, j % shape.block_tokens);
+          double dot = 0;
+          for (int d = 0; d < shape.head_dim; ++d) dot += static_cast<double>(qh[d]) * k[d];
+          s.push_back(dot * shape.scale);
+        }
+        const double max = *std::max_element(s.begin(), s.end());
+        double sum = 0;
+        for (double& v : s) sum += (v = std::exp(v - max));
+        for (int d = 0; d < shape.head_dim; ++d) {
+          double want = 0;
+          for (int j = first; j <= positions[r]; ++j) {
+            want += s[j - first] / sum *
+                    seqs[r].blocks[j / shape.block_tokens][layout.Offset(0, true, g, j % shape.block_tokens) + d];
+          }
+          const double got = together[r * row_floats + h * shape.head_dim + d];
+          err += (got - want) * (got - want);
+          norm += want * want;
+        }
+      }
+      EXPECT_LT(std::sqrt(err / norm), 2e-6) << "position " << positions[r];
+    }
+  }
+}
 
 }  // namespace
 }  // namespace hetero

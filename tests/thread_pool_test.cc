@@ -51,14 +51,16 @@ TEST(ThreadPoolTest, EveryIndexRunsOnceForEachScheduleAndSize) {
 
 TEST(ThreadPoolTest, StaticChunksRunWhollyOnOneThread) {
   ThreadPool pool(3);
-  const int n = 10;
+  const int n = 40;
+  const int chunks = ThreadPool::kChunksPerThread * 3;
   for (int round = 0; round < 50; ++round) {
     std::vector<std::thread::id> owner(n);
     pool.ParallelFor(n, Schedule::kStatic, [&](int i) { owner[static_cast<size_t>(i)] = std::this_thread::get_id(); });
-    // Chunks [0,3) [3,6) [6,10): whichever thread claims one runs all of it.
-    for (int i : {1, 2}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[0]);
-    for (int i : {4, 5}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[3]);
-    for (int i : {7, 8, 9}) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[6]);
+    // Chunk c is [n c / chunks, n (c + 1) / chunks): whichever thread claims it runs all of it.
+    for (int c = 0; c < chunks; ++c) {
+      const int begin = n * c / chunks, end = n * (c + 1) / chunks;
+      for (int i = begin + 1; i < end; ++i) EXPECT_EQ(owner[static_cast<size_t>(i)], owner[static_cast<size_t>(begin)]);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // Causal grouped-query attention over the paged KV cache, in f32: every row (prompt rows
-// and decode steps alike) by the same per-row kernel (attention_kernels.h), the rows spread
-// over the current thread pool (thread_pool.h). A row's result depends only on its query
+// and decode steps alike) by the same per-row kernel (attention_kernels.h), the rows (or,
+// for a decode step, its KV heads and parts of its keys) spread over the current thread
+// pool (thread_pool.h). A row's result depends only on its query
 // and its sequence's keys, never on which other rows share the pass, so a prompt encoded
 // in one pass, in chunks, or after attaching shared KV blocks gives bit-identical outputs
 // (with the native quantized matmuls, whose rows are independent too). This replaced
@@ -34,6 +35,13 @@ struct SequenceKv {
 
 class Attention {
  public:
+  // A row attending to more keys than this is cut into parts of this many (the last one
+  // shorter), each part's softmax taken alone and the parts merged by their maxima and sums
+  // (flash-decoding). The cut depends only on the row's own keys, so the row's result does
+  // not depend on the pass; a decode step's parts spread over the threads, where its KV
+  // heads alone (often fewer than twice the threads) would leave threads idle.
+  static constexpr int kKeysPerPart = 64;
+
   explicit Attention(const AttentionShape& shape) : s_(shape) {}
 
   // q: rows x (n_heads * head_dim); out: same shape. Row r attends to positions
@@ -42,7 +50,21 @@ class Attention {
            int window, float* out) const;
 
  private:
+  // The keys one row attends to: n_keys from position `first`, in `parts` parts.
+  struct RowKeys {
+    int first;
+    int n_keys;
+    int parts;
+  };
+  RowKeys KeysOf(int position, int window) const;
+  // KV head g's query heads over part `part` of the row's keys. `out`: group x head_dim;
+  // max and sum: group floats each, or null when the row is one part (`out` normalised).
+  void AttendPart(const float* q, const SequenceKv& kv, const RowKeys& keys, int g, int part, float* out,
+                  float* max, float* sum) const;
   void RunRow(const float* q, int position, const SequenceKv& kv, int window, float* out) const;
+  // Fewer rows than the threads can share: every (row, KV head, part) is an item.
+  void RunParts(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
+                int window, float* out) const;
 
   AttentionShape s_;
 };

@@ -90,7 +90,8 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
       const __mmask16 m = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, m, s + j));
     }
-    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    const float max_score = _mm512_reduce_max_ps(vmax);
+    const __m512 max = _mm512_set1_ps(max_score);
     __m512 vsum = _mm512_setzero_ps();
     for (int j = 0; j < n; j += 16) {
       const __mmask16 m = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
@@ -98,7 +99,12 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
       _mm512_mask_storeu_ps(s + j, m, e);
       vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+    const float sum = _mm512_reduce_add_ps(vsum);
+    if (query.part_max != nullptr) {
+      query.part_max[h] = max_score;
+      query.part_sum[h] = sum;
+    }
+    const __m512 inv = _mm512_set1_ps(query.part_max != nullptr ? 1.0f : 1.0f / sum);
     // Weighted values, four 16-float column chunks (independent FMA chains) at a time.
     float* o = out + static_cast<size_t>(h) * hd;
     for (int c0 = 0; c0 < chunks; c0 += 4) {

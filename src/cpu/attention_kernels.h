@@ -22,10 +22,21 @@ struct DecodeQuery {
   size_t k_offset;
   size_t v_offset;
   float scale;
+  // When set, the kernel leaves `out` unnormalised (the sum over keys of e^(s - max) v) and
+  // writes each query head's score maximum and sum of e^(s - max) here (group floats
+  // each): one part of a row's keys, merged with its other parts by MergeAttentionParts.
+  float* part_max = nullptr;
+  float* part_sum = nullptr;
 };
 // `scores`: group x round_up(n_keys, 16) floats of scratch.
 void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
 void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
+// The attention of `group` query heads over a row's keys from `parts` parts of them, each
+// computed alone with part_max/part_sum set: part p's unnormalised outputs at
+// outs + p * group * head_dim, its maxima and sums at max + p * group, sum + p * group.
+// Merged in part order, so a row's result does not depend on which thread ran which part.
+void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
+                         float* out);
 }  // namespace internal
 
 }  // namespace hetero

@@ -81,7 +81,7 @@ void ThreadPool::Run(int n, Schedule schedule, Callback body) noexcept {
     for (int i = 0; i < n; ++i) body(i);
     return;
   }
-  const int chunks = schedule == Schedule::kStatic ? std::min(n, threads_) : n;
+  const int chunks = schedule == Schedule::kStatic ? std::min(n, kChunksPerThread * threads_) : n;
   n_ = n;
   body_ = body;
   completed_.store(0, std::memory_order_relaxed);

@@ -33,11 +33,13 @@ namespace hetero {
 
 class ThreadPool {
  public:
-  // How a loop is cut: kStatic into one contiguous chunk per thread (for equal costs),
-  // kDynamic into single indices (for uneven costs).
+  // How a loop is cut: kStatic into kChunksPerThread contiguous chunks per thread (for
+  // equal costs: whole halves finished unevenly, since two threads sharing a core, or one
+  // woken late, run at different speeds), kDynamic into single indices (for uneven costs).
   enum class Schedule { kStatic, kDynamic };
   // Spin this long for work (or for the others to finish) before sleeping.
   static constexpr int kSpinMicroseconds = 50;
+  static constexpr int kChunksPerThread = 4;
 
   // `threads` in all: the calling thread of each loop and threads - 1 workers.
   explicit ThreadPool(int threads);
