@@ -196,21 +196,30 @@ TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
   std::vector<float> q(rows * row_floats);
   for (float& v : q) v = dist(rng);
   const Attention attention(shape);
-  for (const int window : {0, 50}) {
+  // Windows of 50 (no row split) and 150 (split rows whose window starts mid-block).
+  for (const int window : {0, 50, 150}) {
     SCOPED_TRACE(window);
-    std::vector<float> together(q.size()), alone(q.size()), serial(q.size());
+    std::vector<float> together(q.size()), alone(q.size()), threes(q.size()), serial(q.size());
     ThreadPool pool(2);
     {
       const ScopedThreadPool use(&pool);
+      // 8 rows: a row per item. 1 and 3 rows (fewer than twice the threads): (row, KV head,
+      // part) items, the later rows' items and slots after the earlier rows'.
       attention.Run(q.data(), rows, positions.data(), kv, window, together.data());
       for (int r = 0; r < rows; ++r) {
         const std::vector<const SequenceKv*> one = {kv[r]};
         attention.Run(q.data() + r * row_floats, 1, &positions[r], one, window, alone.data() + r * row_floats);
       }
+      for (int r = 0; r < rows; r += 3) {
+        const int n = std::min(3, rows - r);
+        const std::vector<const SequenceKv*> some(kv.begin() + r, kv.begin() + r + n);
+        attention.Run(q.data() + r * row_floats, n, &positions[r], some, window, threes.data() + r * row_floats);
+      }
     }
     attention.Run(q.data(), rows, positions.data(), kv, window, serial.data());
     for (size_t i = 0; i < q.size(); ++i) {
       ASSERT_EQ(together[i], alone[i]) << "row " << i / row_floats;
+      ASSERT_EQ(together[i], threes[i]) << "row " << i / row_floats;
       ASSERT_EQ(together[i], serial[i]) << "row " << i / row_floats;
     }
     for (int r = 0; r < rows; ++r) {
