@@ -145,7 +145,14 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const uint8_t* x = act[r] + b * 32;
+        // Q6_K and Q3_K: the codes' bias times the halves' activation sums starts the dot
+        // products, so no subtraction follows them.
         __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+        if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
+          constexpr int kBias = T == TensorType::kQ6_K ? 32 : 4;
+          dot0 = _mm512_set1_epi32(-kBias * half_sums[r][2 * b]);
+          dot1 = _mm512_set1_epi32(-kBias * half_sums[r][2 * b + 1]);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
           int32_t x0, x1;
@@ -156,11 +163,10 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
         }
         const __m512 da = _mm512_set1_ps(d[r][b]);
         if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
-          constexpr int kBias = T == TensorType::kQ6_K ? 32 : 4;
-          dot0 = _mm512_sub_epi32(dot0, _mm512_set1_epi32(kBias * half_sums[r][2 * b]));
-          dot1 = _mm512_sub_epi32(dot1, _mm512_set1_epi32(kBias * half_sums[r][2 * b + 1]));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0), _mm512_mul_ps(scale, da), acc[r]);
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1), _mm512_mul_ps(scale_hi, da), acc[r]);
+          // The halves' scales first, the activation block's scale once.
+          const __m512 halves =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0), scale, _mm512_mul_ps(_mm512_cvtepi32_ps(dot1), scale_hi));
+          acc[r] = _mm512_fmadd_ps(halves, da, acc[r]);
         } else if constexpr (T == TensorType::kQ2_K) {
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0), _mm512_mul_ps(scale, da), acc[r]);
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1), _mm512_mul_ps(scale_hi, da), acc[r]);
