@@ -1,0 +1,133 @@
+// The gated activations (SiluMul, GeluTanhMul) against float64: each kernel (AVX-512 where
+// the CPU has it, portable) on random gates of awkward lengths (tails of 1 to 15 lanes),
+// gates far into both saturated ends, and the threaded entry points, which must give each
+// element the same bits as one kernel call over the whole array.
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "src/cpu/activation_kernels.h"
+#include "src/cpu/cpu_features.h"
+#include "src/cpu/cpu_ops.h"
+#include "src/cpu/thread_pool.h"
+
+namespace hetero {
+namespace {
+
+using Kernel = void (*)(float*, const float*, size_t);
+
+double SiluReference(double g) { return g / (1.0 + std::exp(-g)); }
+// 0.5 g (1 + tanh(y)) = g / (1 + e^(-2y)); the tanh form cancels even in float64 for
+// g below -6 (1 + tanh(-15) keeps 3 digits), so the reference uses the other.
+double GeluTanhReference(double g) {
+  return g / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+}
+
+struct Inputs {
+  std::vector<float> gate, up;
+};
+
+Inputs RandomInputs(size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_real_distribution<float> uniform(-1.5f, 1.5f);
+  Inputs in{std::vector<float>(count), std::vector<float>(count)};
+  for (size_t i = 0; i < count; ++i) {
+    in.gate[i] = normal(rng);
+    in.up[i] = uniform(rng);
+  }
+  // The saturated ends and the exp clamp's edges, where they fit.
+  const float edges[] = {-200.0f, -100.0f, -88.0f, -87.0f, -30.0f, 30.0f, 87.0f, 88.7f, 89.0f, 200.0f, 1e-6f, -1e-6f};
+  for (size_t i = 0; i < std::size(edges) && 7 * i < count; ++i) in.gate[7 * i] = edges[i];
+  return in;
+}
+
+// |got - want| within rel * |want| plus an absolute floor far below any value that
+// matters (the AVX-512 kernel clamps e^-g at e^88.7, so silu(-200) gives -1e-36, not -3e-85).
+// GELU's exponent is computed in float (a cubic of g): its rounding, about 1e-7 of the
+// exponent, is the result's relative error, so the tolerance grows with the exponent
+// (50 at g = -8.3).
+double GeluExponent(double g) { return 2.0 * std::sqrt(2.0 / M_PI) * std::abs(g + 0.044715 * g * g * g); }
+
+void ExpectClose(const std::vector<float>& got, const Inputs& in, double (*reference)(double), double rel,
+                 const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double want = reference(in.gate[i]) * in.up[i];
+    const double err = std::abs(got[i] - want);
+    const double exponent_rounding = reference == GeluTanhReference ? 2e-7 * GeluExponent(in.gate[i]) : 0.0;
+    if (!(err <= (rel + exponent_rounding) * std::abs(want) + 1e-30) && bad++ < 5) {
+      ADD_FAILURE() << what << " element " << i << " of " << got.size() << ": gate " << in.gate[i] << " up "
+                    << in.up[i] << " got " << got[i] << " want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+struct NamedKernel {
+  Kernel kernel;
+  const char* name;
+};
+
+std::vector<NamedKernel> Kernels(Kernel portable, Kernel avx512) {
+  std::vector<NamedKernel> kernels = {{portable, "portable"}};
+  if (DetectCpu().avx512f) {
+    kernels.push_back({avx512, "avx512"});
+  } else {
+    std::printf("AVX-512 kernels not tested: this CPU (or HETERO_CPU_ISA) lacks avx512f\n");
+  }
+  return kernels;
+}
+
+TEST(ActivationsTest, SiluMulKernelsMatchFloat64) {
+  for (const NamedKernel& k : Kernels(internal::SiluMulPortable, internal::SiluMulAvx512)) {
+    for (size_t count : {1, 7, 15, 16, 17, 33, 1000, 1537}) {
+      const Inputs in = RandomInputs(count, static_cast<uint32_t>(count));
+      std::vector<float> got = in.gate;
+      k.kernel(got.data(), in.up.data(), count);
+      ExpectClose(got, in, SiluReference, 2e-6, std::string(k.name) + " silu, " + std::to_string(count));
+    }
+  }
+}
+
+TEST(ActivationsTest, GeluTanhMulKernelsMatchFloat64) {
+  for (const NamedKernel& k : Kernels(internal::GeluTanhMulPortable, internal::GeluTanhMulAvx512)) {
+    for (size_t count : {1, 7, 15, 16, 17, 33, 1000, 1537}) {
+      const Inputs in = RandomInputs(count, static_cast<uint32_t>(count) + 99);
+      std::vector<float> got = in.gate;
+      k.kernel(got.data(), in.up.data(), count);
+      ExpectClose(got, in, GeluTanhReference, 4e-6, std::string(k.name) + " gelu, " + std::to_string(count));
+    }
+  }
+}
+
+// Long arrays run split over the threads (cpu_ops.cc): every element as one call gives it.
+TEST(ActivationsTest, ThreadedEntryPointsEqualOneKernelCall) {
+  const size_t count = 3 * 16384 + 5;  // above the parallel threshold, with a masked tail
+  const Inputs in = RandomInputs(count, 7);
+  const bool avx512 = DetectCpu().avx512f;
+  ThreadPool pool(2);
+  ScopedThreadPool scope(&pool);
+  struct Pair {
+    void (*entry)(float*, const float*, size_t);
+    Kernel kernel;
+    const char* name;
+  };
+  const Pair pairs[] = {
+      {SiluMul, avx512 ? internal::SiluMulAvx512 : internal::SiluMulPortable, "silu"},
+      {GeluTanhMul, avx512 ? internal::GeluTanhMulAvx512 : internal::GeluTanhMulPortable, "gelu"},
+  };
+  for (const Pair& p : pairs) {
+    std::vector<float> threaded = in.gate, whole = in.gate;
+    p.entry(threaded.data(), in.up.data(), count);
+    p.kernel(whole.data(), in.up.data(), count);
+    EXPECT_EQ(threaded, whole) << p.name;
+    ExpectClose(threaded, in, p.entry == SiluMul ? SiluReference : GeluTanhReference, 4e-6, p.name);
+  }
+}
+
+}  // namespace
+}  // namespace hetero
