@@ -26,7 +26,9 @@ using ::testing::HasSubstr;
 constexpr char kPrompt[] = "The three primary colors are";
 
 // An adapter on the default model's attention q and v and FFN down of every layer: rank 8,
-// values large enough to change its greedy text.
+// values large enough to change its greedy text by the sixth token on every kernel set (at
+// 0.04 the change hung on one near-tie at the ninth token, which the AVX-512 SiLU kernel's
+// last-bit rounding flipped back).
 testing::TinyAdapterOptions StyleAdapter() {
   testing::TinyAdapterOptions o;
   for (int i = 0; i < 30; ++i) {
@@ -34,7 +36,7 @@ testing::TinyAdapterOptions StyleAdapter() {
   }
   o.rank = 8;
   o.alpha = 16.0f;
-  o.scale = 0.04f;
+  o.scale = 0.08f;
   o.seed = 7;
   return o;
 }
