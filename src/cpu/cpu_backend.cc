@@ -140,7 +140,7 @@ absl::Status CpuBackend::Init() {
                                                d.rope_attn_factor)});
       rope = ropes_.end() - 1;
     }
-    l.rope = rope->rope.get();
+    l.rope = static_cast<size_t>(rope - ropes_.begin());
   }
 
   const CpuInfo& cpu = DetectCpu();
@@ -306,6 +306,10 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
     }
   };
 
+  // The rotation of this batch's positions, once per distinct rope (Gemma 3 has two).
+  std::vector<RopeAngles> rope_angles;
+  for (const RopeTable& t : ropes_) rope_angles.push_back(t.rope->Angles(positions.data(), T));
+
   const int bt = options_.kv_block_tokens;
   const size_t layer_stride = kv_layout_.layer_floats();
   const int n_layers = hidden != nullptr && hidden_layers > 0 ? std::min(hidden_layers, c.n_layers) : c.n_layers;
@@ -333,8 +337,9 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
       if (!layer.q_norm.empty()) RmsNorm(w.q.data(), layer.q_norm.data(), T, qd, c.rms_norm_eps, w.q.data());
       if (!layer.k_norm.empty()) RmsNorm(w.k.data(), layer.k_norm.data(), T, kvd, c.rms_norm_eps, w.k.data());
     }
-    layer.rope->Apply(w.q.data(), T, c.n_heads, positions.data());
-    layer.rope->Apply(w.k.data(), T, c.n_kv_heads, positions.data());
+    const Rope& rope = *ropes_[layer.rope].rope;
+    rope.Apply(w.q.data(), T, c.n_heads, rope_angles[layer.rope]);
+    rope.Apply(w.k.data(), T, c.n_kv_heads, rope_angles[layer.rope]);
     // Store this layer's keys and values in the shared block layout (src/runtime/kv_layout.h).
     for (int r = 0; r < T; ++r) {
       float* block = KvBlock(kv_.BlockOf(rows[r].seq, rows[r].position));

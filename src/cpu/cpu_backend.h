@@ -87,7 +87,7 @@ class CpuBackend : public PagedBackend {
     std::unique_ptr<Linear> q, k, v, o, gate, up, down;
     std::unique_ptr<CpuExperts> experts;  // in place of gate, up and down
     bool qk_norm_per_head = true;
-    const Rope* rope = nullptr;
+    size_t rope = 0;  // index into ropes_
     int sliding_window = 0;
   };
   struct RopeTable {

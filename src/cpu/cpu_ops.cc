@@ -25,15 +25,27 @@ Rope::Rope(const ModelConfig& config, double base, double linear_factor, const s
     : head_dim_(config.head_dim), rope_dim_(config.rope_dim), neox_(config.rope_style == RopeStyle::kNeox),
       attn_factor_(attn_factor), inv_freq_(RopeInverseFrequencies(config.rope_dim, base, linear_factor, freq_factors)) {}
 
-void Rope::Apply(float* x, int rows, int heads, const int32_t* positions) const {
+RopeAngles Rope::Angles(const int32_t* positions, int rows) const {
   const int half = rope_dim_ / 2;
+  RopeAngles a;
+  a.rows = rows;
+  a.cos.resize(static_cast<size_t>(rows) * half);
+  a.sin.resize(static_cast<size_t>(rows) * half);
   ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
-    std::vector<float> cos_t(half), sin_t(half);
     for (int i = 0; i < half; ++i) {
       const double angle = positions[r] * inv_freq_[i];
-      cos_t[i] = static_cast<float>(std::cos(angle)) * attn_factor_;
-      sin_t[i] = static_cast<float>(std::sin(angle)) * attn_factor_;
+      a.cos[static_cast<size_t>(r) * half + i] = static_cast<float>(std::cos(angle)) * attn_factor_;
+      a.sin[static_cast<size_t>(r) * half + i] = static_cast<float>(std::sin(angle)) * attn_factor_;
     }
+  });
+  return a;
+}
+
+void Rope::Apply(float* x, int rows, int heads, const RopeAngles& angles) const {
+  const int half = rope_dim_ / 2;
+  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
+    const float* cos_t = angles.cos.data() + static_cast<size_t>(r) * half;
+    const float* sin_t = angles.sin.data() + static_cast<size_t>(r) * half;
     for (int h = 0; h < heads; ++h) {
       float* v = x + (static_cast<size_t>(r) * heads + h) * head_dim_;
       for (int i = 0; i < half; ++i) {

@@ -12,6 +12,15 @@ namespace hetero {
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, for `rows` rows of `n`.
 void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, float* out);
 
+// The cos and sin of every rotated pair's angle at each row's position, times the attention
+// factor (rows x rope_dim / 2 each): what Rope::Apply multiplies by, computed once for a
+// forward pass and used by every layer that shares the Rope (the angles in double, each
+// row's once rather than once per layer and per q and k).
+struct RopeAngles {
+  int rows = 0;
+  std::vector<float> cos, sin;
+};
+
 // Rotary position embedding, in place, on `rows` rows of `heads` x `head_dim` values; row r
 // has position positions[r]. Normal style rotates pairs (2i, 2i+1), NeoX pairs (i, i + d/2),
 // over the first rope_dim dimensions, with a layer's base and linear factor, the model's
@@ -20,7 +29,9 @@ class Rope {
  public:
   Rope(const ModelConfig& config, double base, double linear_factor, const std::vector<float>& freq_factors,
        float attn_factor);
-  void Apply(float* x, int rows, int heads, const int32_t* positions) const;
+  RopeAngles Angles(const int32_t* positions, int rows) const;
+  // `angles` from Angles() over the same rows.
+  void Apply(float* x, int rows, int heads, const RopeAngles& angles) const;
   // The angle per position of each rotated pair (src/runtime/rope.h).
   const std::vector<double>& inv_freq() const { return inv_freq_; }
 
