@@ -159,7 +159,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
                          ::testing::Values(Case{1, 1, 64, 16}, Case{5, 3, 64, 16}, Case{16, 3, 64, 16},
                                            Case{17, 1, 128, 16}, Case{100, 3, 64, 16}, Case{301, 4, 128, 32},
                                            Case{33, 8, 64, 8}, Case{1, 1, 64, 16, 15}, Case{37, 4, 256, 16, 5},
-                                           Case{512, 1, 256, 16, 13}),
+                                           Case{512, 1, 256, 16, 13}, Case{70, 7, 64, 16, 3}, Case{45, 5, 128, 8}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return "keys" + std::to_string(c.n_keys) + "_group" + std::to_string(c.group) + "_hd" +
