@@ -1,6 +1,6 @@
 // Vector math for the AVX-512 kernels. Include only from files compiled with -mavx512f
-// -mfma (attention_avx512.cc, activations_avx512.cc): the functions are inline and would
-// otherwise be emitted with AVX-512 instructions into code that runs on any CPU.
+// -mfma (attention_avx512.cc, activations_avx512.cc): elsewhere the intrinsics do not
+// compile, and the library's other files must run on any x86-64 CPU.
 #ifndef HETERO_CPU_AVX512_MATH_H_
 #define HETERO_CPU_AVX512_MATH_H_
 
@@ -35,12 +35,15 @@ inline __m512 ExpNonPositive(__m512 x) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), ExpInRange(x));
 }
 
-// 1 / (1 + e^-x): e^-x clamped to [e^-87, e^88.7], where the result is already 1 or
-// below 1e-38 (so x = -100 gives 6e-39 rather than 4e-44: absolutely negligible).
+// 1 / (1 + e^-x): e^-x clamped below at e^-87, where the result is 1 in float anyway, and 0
+// where -x > 88.7 (the true value is below 3e-39 there; 0 also makes g * sigmoid(g) give
+// what the portable kernel's g / (1 + e^-g) gives: -0 for g = -FLT_MAX, NaN for -inf).
 inline __m512 Sigmoid(__m512 x) {
   const __m512 neg = _mm512_sub_ps(_mm512_setzero_ps(), x);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(neg, _mm512_set1_ps(88.7f), _CMP_GT_OQ);
   const __m512 clamped = _mm512_min_ps(_mm512_max_ps(neg, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.7f));
-  return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), ExpInRange(clamped)));
+  const __m512 s = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), ExpInRange(clamped)));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), s);
 }
 
 }  // namespace hetero::internal

@@ -1,5 +1,6 @@
 #include "src/cpu/cpu_ops.h"
 
+#include <cassert>
 #include <cmath>
 
 #include "src/cpu/activation_kernels.h"
@@ -42,6 +43,7 @@ RopeAngles Rope::Angles(const int32_t* positions, int rows) const {
 }
 
 void Rope::Apply(float* x, int rows, int heads, const RopeAngles& angles) const {
+  assert(angles.rows == rows);
   const int half = rope_dim_ / 2;
   ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
     const float* cos_t = angles.cos.data() + static_cast<size_t>(r) * half;

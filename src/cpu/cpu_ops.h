@@ -21,8 +21,8 @@ struct RopeAngles {
   std::vector<float> cos, sin;
 };
 
-// Rotary position embedding, in place, on `rows` rows of `heads` x `head_dim` values; row r
-// has position positions[r]. Normal style rotates pairs (2i, 2i+1), NeoX pairs (i, i + d/2),
+// Rotary position embedding, in place, on `rows` rows of `heads` x `head_dim` values at the
+// positions given to Angles(). Normal style rotates pairs (2i, 2i+1), NeoX pairs (i, i + d/2),
 // over the first rope_dim dimensions, with a layer's base and linear factor, the model's
 // per-pair factors (empty: none) and attention factor (scales the rotated dimensions).
 class Rope {
@@ -30,7 +30,7 @@ class Rope {
   Rope(const ModelConfig& config, double base, double linear_factor, const std::vector<float>& freq_factors,
        float attn_factor);
   RopeAngles Angles(const int32_t* positions, int rows) const;
-  // `angles` from Angles() over the same rows.
+  // `angles` from Angles() over the same rows (angles.rows == rows).
   void Apply(float* x, int rows, int heads, const RopeAngles& angles) const;
   // The angle per position of each rotated pair (src/runtime/rope.h).
   const std::vector<double>& inv_freq() const { return inv_freq_; }
