@@ -1,7 +1,11 @@
 // The one decode loop (the device worker, src/runtime/device_worker.h) with a scripted backend
 // (exact control over the tokens), and Engine::Complete on it with the real model: stop
 // conditions, stop strings never streamed, streaming never splitting a character,
-// cancellation, and seeded reproducibility.
+// cancellation, seeded reproducibility, and admission waking for a session that goes idle.
+#include <atomic>
+#include <chrono>
+#include <future>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/engine.h"
@@ -164,6 +168,51 @@ TEST_F(GenerateTest, StreamedPiecesAreWholeCharactersAndCancellationWorks) {
 
 // Engine::Complete runs on the same loop: bad input is refused, seeded sampling reproduces
 // itself, greedy answers the capital question, stop strings hold.
+// A scripted backend with a small KV cache, most of it held by a session outside the worker.
+class HeldKvBackend : public ScriptedBackend {
+ public:
+  HeldKvBackend(int vocab, std::vector<int32_t> script, int capacity, int held)
+      : ScriptedBackend(vocab, std::move(script)), capacity_(capacity), held_(held) {}
+  int kv_capacity_tokens() const override { return capacity_; }
+  int kv_used_tokens() const override { return ScriptedBackend::kv_used_tokens() + held_.load(); }
+  int EvictHeld() { return held_.exchange(0); }
+
+ private:
+  int capacity_;
+  std::atomic<int> held_;
+};
+
+// The session holding the memory is still running when the worker first asks to evict, and
+// goes idle (poking the worker) while that eviction runs: the poke must not be lost, or
+// the job would wait forever for memory that is evictable now (this hung an engine test
+// under ASan, about one run in thirty on a loaded machine).
+TEST_F(GenerateTest, ASessionGoingIdleDuringAnEvictionWakesAdmission) {
+  HeldKvBackend backend(tokenizer_->vocab_size(), Ids(" one two three"), /*capacity=*/64, /*held=*/60);
+  DeviceWorker* worker_ptr = nullptr;
+  std::atomic<int> evictions{0};
+  DeviceWorker worker(backend, *tokenizer_, 8, 8, [&](int) {
+    if (evictions++ == 0) {
+      worker_ptr->Poke();  // the session's Run ends now: idle, too late for this eviction
+      return 0;
+    }
+    return backend.EvictHeld();
+  });
+  worker_ptr = &worker;
+  auto job = std::make_shared<GenerationJob>();
+  job->seq = *backend.NewSequence();
+  job->prefill_tokens = Ids("Hello there");
+  job->history = job->prefill_tokens;
+  job->sampler.emplace(*Sampler::Create(SamplingParams{}));
+  job->max_tokens = 3;  // with the prompt, more than the 4 tokens free
+  ASSERT_TRUE(worker.Submit(job).ok());
+  auto waited = std::async(std::launch::async, [&] { worker.Wait(job); });
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "the worker slept through the poke (the worker's destructor cancels the job)";
+  EXPECT_TRUE(job->status.ok()) << job->status;
+  EXPECT_EQ(job->generated.size(), 3u);
+  EXPECT_GE(evictions.load(), 2);
+}
+
 TEST_F(GenerateTest, CompleteOnTheRealModel) {
   EngineOptions engine_options;
   engine_options.threads = 1;

@@ -138,6 +138,10 @@ void DeviceWorker::Admit(std::vector<std::shared_ptr<GenerationJob>>& finished) 
       queue_.pop_front();
       continue;
     }
+    // The wakeups seen before mu_ is let go for eviction: a session that goes idle while
+    // the eviction runs (too late to be evicted) pokes after this count, so the worker,
+    // if it blocks below, wakes again instead of sleeping through that poke.
+    const uint64_t wakeups_seen = wakeups_;
     if (evict_) {
       const int wanted = need(head) - free_tokens();
       mu_.Unlock();
@@ -162,7 +166,7 @@ void DeviceWorker::Admit(std::vector<std::shared_ptr<GenerationJob>>& finished) 
     }
     // Lengths, not blocks: sequences sharing blocks count them once each on both sides.
     if (backend_.kv_cache_stats().logical_tokens > held_by_queued) {
-      blocked_at_ = wakeups_;  // a session outside the worker holds the memory; it pokes when done
+      blocked_at_ = wakeups_seen;  // a session outside the worker holds the memory; it pokes when done
       return;
     }
     head.status = absl::ResourceExhaustedError(absl::StrCat(
