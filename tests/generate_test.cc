@@ -86,10 +86,9 @@ class GenerateTest : public ::testing::Test {
     SamplingParams sampling;
     std::vector<std::string> stop;
   };
-  // `prompt` continued on `backend` by a worker, as the engine runs every job.
-  std::shared_ptr<GenerationJob> Generate(Backend& backend, const std::vector<int32_t>& prompt, const Options& options,
-                                          std::function<bool(std::string_view)> on_text = nullptr) {
-    DeviceWorker worker(backend, *tokenizer_, 8, 8, [](int) { return 0; });
+  // A job continuing `prompt` on a new sequence of `backend`.
+  static std::shared_ptr<GenerationJob> NewJob(Backend& backend, const std::vector<int32_t>& prompt,
+                                               const Options& options) {
     auto job = std::make_shared<GenerationJob>();
     job->seq = *backend.NewSequence();
     job->prefill_tokens = prompt;
@@ -97,6 +96,13 @@ class GenerateTest : public ::testing::Test {
     job->sampler.emplace(*Sampler::Create(options.sampling));
     job->max_tokens = options.max_tokens;
     job->stop_strings = options.stop;
+    return job;
+  }
+  // `prompt` continued on `backend` by a worker, as the engine runs every job.
+  std::shared_ptr<GenerationJob> Generate(Backend& backend, const std::vector<int32_t>& prompt, const Options& options,
+                                          std::function<bool(std::string_view)> on_text = nullptr) {
+    DeviceWorker worker(backend, *tokenizer_, 8, 8, [](int) { return 0; });
+    auto job = NewJob(backend, prompt, options);
     job->on_text = std::move(on_text);
     EXPECT_TRUE(worker.Submit(job).ok());
     worker.Wait(job);
@@ -198,12 +204,9 @@ TEST_F(GenerateTest, ASessionGoingIdleDuringAnEvictionWakesAdmission) {
     return backend.EvictHeld();
   });
   worker_ptr = &worker;
-  auto job = std::make_shared<GenerationJob>();
-  job->seq = *backend.NewSequence();
-  job->prefill_tokens = Ids("Hello there");
-  job->history = job->prefill_tokens;
-  job->sampler.emplace(*Sampler::Create(SamplingParams{}));
-  job->max_tokens = 3;  // with the prompt, more than the 4 tokens free
+  Options options;
+  options.max_tokens = 3;  // with the prompt, more than the 4 tokens free
+  auto job = NewJob(backend, Ids("Hello there"), options);
   ASSERT_TRUE(worker.Submit(job).ok());
   auto waited = std::async(std::launch::async, [&] { worker.Wait(job); });
   ASSERT_EQ(waited.wait_for(std::chrono::seconds(30)), std::future_status::ready)

@@ -29,7 +29,6 @@ Rope::Rope(const ModelConfig& config, double base, double linear_factor, const s
 RopeAngles Rope::Angles(const int32_t* positions, int rows) const {
   const int half = rope_dim_ / 2;
   RopeAngles a;
-  a.rows = rows;
   a.cos.resize(static_cast<size_t>(rows) * half);
   a.sin.resize(static_cast<size_t>(rows) * half);
   ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
@@ -43,8 +42,8 @@ RopeAngles Rope::Angles(const int32_t* positions, int rows) const {
 }
 
 void Rope::Apply(float* x, int rows, int heads, const RopeAngles& angles) const {
-  assert(angles.rows == rows);
   const int half = rope_dim_ / 2;
+  assert(angles.cos.size() == static_cast<size_t>(rows) * half);
   ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
     const float* cos_t = angles.cos.data() + static_cast<size_t>(r) * half;
     const float* sin_t = angles.sin.data() + static_cast<size_t>(r) * half;
@@ -85,9 +84,9 @@ namespace {
 // Runs `kernel` over the array, split over the threads from `parallel_from` values: below
 // that the kernel takes less time than a fork-join (the AVX-512 kernels up to ~16k values, a
 // batch's; the scalar exp loop up to ~4k, a decode step's 1536 but not a batch's).
-void GatedActivation(float* gate, const float* up, size_t count, bool avx512,
-                     void (*vector_kernel)(float*, const float*, size_t),
-                     void (*portable_kernel)(float*, const float*, size_t)) {
+using GatedKernel = void (*)(float*, const float*, size_t);
+void GatedActivation(float* gate, const float* up, size_t count, GatedKernel vector_kernel, GatedKernel portable_kernel) {
+  static const bool avx512 = DetectCpu().avx512f;
   const size_t parallel_from = avx512 ? 16384 : 4096;
   const auto kernel = avx512 ? vector_kernel : portable_kernel;
   if (count < parallel_from) {
@@ -100,13 +99,11 @@ void GatedActivation(float* gate, const float* up, size_t count, bool avx512,
 }  // namespace
 
 void SiluMul(float* gate, const float* up, size_t count) {
-  static const bool avx512 = DetectCpu().avx512f;
-  GatedActivation(gate, up, count, avx512, internal::SiluMulAvx512, internal::SiluMulPortable);
+  GatedActivation(gate, up, count, internal::SiluMulAvx512, internal::SiluMulPortable);
 }
 
 void GeluTanhMul(float* gate, const float* up, size_t count) {
-  static const bool avx512 = DetectCpu().avx512f;
-  GatedActivation(gate, up, count, avx512, internal::GeluTanhMulAvx512, internal::GeluTanhMulPortable);
+  GatedActivation(gate, up, count, internal::GeluTanhMulAvx512, internal::GeluTanhMulPortable);
 }
 
 void AddInPlace(float* x, const float* y, size_t count) {

@@ -17,7 +17,6 @@ void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, fl
 // forward pass and used by every layer that shares the Rope (the angles in double, each
 // row's once rather than once per layer and per q and k).
 struct RopeAngles {
-  int rows = 0;
   std::vector<float> cos, sin;
 };
 
@@ -30,7 +29,7 @@ class Rope {
   Rope(const ModelConfig& config, double base, double linear_factor, const std::vector<float>& freq_factors,
        float attn_factor);
   RopeAngles Angles(const int32_t* positions, int rows) const;
-  // `angles` from Angles() over the same rows (angles.rows == rows).
+  // `angles` from Angles() over the same rows.
   void Apply(float* x, int rows, int heads, const RopeAngles& angles) const;
   // The angle per position of each rotated pair (src/runtime/rope.h).
   const std::vector<double>& inv_freq() const { return inv_freq_; }
