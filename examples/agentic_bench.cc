@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "examples/intents.h"
 #include "examples/tools/tool_suite.h"
+#include "hetero/energy.h"
 #include "hetero/engine.h"
 #include "hetero/router.h"
 #include "hetero/safety.h"
@@ -38,6 +41,12 @@ struct PolicyRow {
   double joules = 0;  // all tasks
   bool estimated = false;
   std::string energy_sources;
+  std::map<std::string, double> stage_joules;  // all tasks, by stage name
+  // GPU 0's energy two ways, over all tasks (NVML found and the engine holding a GPU):
+  // read from NVML by this program around each Run, and the sum of the reports' stage
+  // shares of it. Their agreement checks the engine's attribution against the meter.
+  double gpu_meter_joules = -1;
+  double gpu_attributed_joules = 0;
   double ppt() const { return tokens > 0 ? 1000.0 * solved / static_cast<double>(tokens) : 0; }
   double tst() const { return tasks > 0 ? joules / tasks : 0; }
   double tpw() const { return joules > 0 ? static_cast<double>(tokens) / joules : 0; }
@@ -84,6 +93,18 @@ absl::StatusOr<LabelledLines> LoadRoutes(const std::string& path, int refusal_ta
   return out;
 }
 
+// GPU 0's part of a task's stage energies. Only exact for an engine of one CPU and one GPU,
+// the bench's: a GPU stage's own share is its joules less idle_joules (the CPU's energy
+// meanwhile), and a CPU stage's idle_joules is the GPU's energy while it waited.
+double GpuJoulesOf(const TaskReport& report) {
+  double joules = 0;
+  for (const StageReport& s : report.stages) {
+    if (s.joules < 0) continue;
+    joules += s.device.kind == DeviceKind::kGpu ? s.joules - s.idle_joules : s.idle_joules;
+  }
+  return joules;
+}
+
 absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& policy,
                                     const std::vector<example_tools::SuiteQuestion>& questions,
                                     const std::shared_ptr<ToolRegistry>& tools, const std::vector<Route>* routes) {
@@ -112,6 +133,18 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     safety = *gate;
   }
   row.policy = routes != nullptr ? policy + "+router" : policy;
+  std::unique_ptr<EnergyCounter> gpu_meter;
+  const SystemSnapshot snapshot = (*engine)->snapshot();
+  const auto& devices = snapshot.devices;
+  const bool one_cpu_one_gpu = devices.size() == 2 && devices[1].available && devices[1].device.kind == DeviceKind::kGpu;
+  if (one_cpu_one_gpu) {
+    std::string why_none;
+    auto counters = FindNvmlCounters("libnvidia-ml.so.1", &why_none);
+    if (!counters.empty() && !counters.front()->estimated()) {
+      gpu_meter = std::move(counters.front());
+      row.gpu_meter_joules = 0;
+    }
+  }
   std::vector<double> latencies;
   for (const example_tools::SuiteQuestion& q : questions) {
     auto session = (*engine)->NewSession();
@@ -122,8 +155,14 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     run.max_tool_rounds = 3;
     run.router = router;
     run.safety = safety;
+    const absl::StatusOr<double> meter_before = gpu_meter ? gpu_meter->ReadJoules() : absl::StatusOr<double>(0.0);
     auto result = (*session)->Run(q.question, run);
+    const absl::StatusOr<double> meter_after = gpu_meter ? gpu_meter->ReadJoules() : absl::StatusOr<double>(0.0);
     ++row.tasks;
+    if (gpu_meter && result.ok() && meter_before.ok() && meter_after.ok()) {
+      row.gpu_meter_joules += *meter_after - *meter_before;
+      row.gpu_attributed_joules += GpuJoulesOf(result->report);
+    }
     if (!result.ok()) {
       ++row.errors;
       continue;
@@ -144,6 +183,9 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     row.tokens += result->report.generated_tokens;
     latencies.push_back(result->report.total_ms);
     if (result->report.joules >= 0) row.joules += result->report.joules;
+    for (const StageReport& s : result->report.stages) {
+      if (s.joules >= 0) row.stage_joules[std::string(StageName(s.stage))] += s.joules;
+    }
     row.estimated |= result->report.energy_estimated || result->report.joules < 0;
     row.energy_sources = result->report.energy_sources;
   }
@@ -246,7 +288,11 @@ int RunAgenticBench(const AgenticOptions& o) {
                      {"solved_questions", r.solved_ids},
                      {"ppt", r.ppt()}, {"tokens", r.tokens}, {"p50_ms", r.p50_ms}, {"p99_ms", r.p99_ms},
                      {"joules_per_task", r.tst()}, {"tokens_per_joule", r.tpw()}, {"estimated", r.estimated},
-                     {"energy_sources", r.energy_sources}});
+                     {"energy_sources", r.energy_sources}, {"stage_joules", r.stage_joules}});
+      if (r.gpu_meter_joules >= 0) {
+        out.back()["gpu_meter_joules"] = r.gpu_meter_joules;
+        out.back()["gpu_attributed_joules"] = r.gpu_attributed_joules;
+      }
     }
     std::printf("%s\n", out.dump(2).c_str());
   } else {
@@ -258,6 +304,18 @@ int RunAgenticBench(const AgenticOptions& o) {
                   r.estimated ? "estimated" : "measured");
     }
     if (!rows.empty()) std::printf("energy sources: %s\n", rows.back().energy_sources.c_str());
+    for (const PolicyRow& r : rows) {
+      std::string stages;
+      for (const auto& [stage, joules] : r.stage_joules) {
+        absl::StrAppendFormat(&stages, " %s %.2f", stage, r.tasks > 0 ? joules / r.tasks : 0);
+      }
+      std::printf("%s: J/task by stage:%s\n", r.policy.c_str(), stages.c_str());
+      if (r.gpu_meter_joules >= 0) {
+        std::printf("%s: GPU energy over the tasks: NVML %.2f J, the reports' stage shares %.2f J (%+.2f%%)\n",
+                    r.policy.c_str(), r.gpu_meter_joules, r.gpu_attributed_joules,
+                    r.gpu_meter_joules > 0 ? 100.0 * (r.gpu_attributed_joules / r.gpu_meter_joules - 1) : 0.0);
+      }
+    }
     if (labelled.has_value()) {
       for (const PolicyRow& r : rows) {
         std::printf("%s: solved %d suite questions and %d of %zu requests to refuse; %d suite questions refused\n",

@@ -6,7 +6,12 @@
 #   3. hetero-bench --device gpu: pp512, tg128, batched decode at 1, 8 and 32 sequences,
 #      and the same on this machine's CPU for the ratio;
 #   4. hetero-bench --transfer: pinned and pageable host<->device bandwidth;
-#   5. a summary table, summary.md, with the logs, under $OUT (or ./device-out).
+#   5. the peer, where the bundle carries it (scripts/device-bundle.sh, from a llama.cpp CUDA
+#      build for sm_90): llama-bench pp512/tg128 and llama-batched-bench's decode at 1, 8
+#      and 32 sequences on the same file, flash attention off and on (its best counts);
+#   6. hetero-bench --agentic on the suite, every policy: joules per task from NVML, with
+#      the reports' GPU share checked against NVML read around each task;
+#   7. a summary table, summary.md, with the logs, under $OUT (or ./device-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-./device-out}
@@ -25,18 +30,24 @@ fi
 if [ -d "$stage/bundle" ]; then
   bin=$stage/bundle/bin
   lib=$stage/bundle/lib
-  for z in "$stage"/model/libdnnl.so.*.xz; do
+  for z in "$stage"/libs/libdnnl.so.*.xz; do
     [ -f "$z" ] && [ ! -f "$lib/$(basename "${z%.xz}")" ] &&
       python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
         "$z" "$lib/$(basename "${z%.xz}")"
   done
-  if [ ! -f "$model" ] && [ "$quick" = 0 ]; then
-    mkdir -p "$(dirname "$model")"
-    cat "$stage"/model/part-* >"$model"
-    if ! echo "$(cat "$stage/bundle/model.sha256")  $model" | sha256sum -c --quiet; then
-      log "the model's pieces do not make the model (checksum); pieces: $(ls "$stage/model" | tr '\n' ' ')"
-      rm -f "$model"; exit 1
+  # A model from its pieces, checked against the bundle's checksum.
+  assemble() {  # pieces-folder checksum-file destination
+    [ -f "$3" ] || [ ! -d "$1" ] && return 0
+    mkdir -p "$(dirname "$3")"
+    cat "$1"/part-* >"$3"
+    if ! echo "$(cat "$2")  $3" | sha256sum -c --quiet; then
+      log "the pieces in $1 do not make $3 (checksum); pieces: $(ls "$1" | tr '\n' ' ')"
+      rm -f "$3"; return 1
     fi
+  }
+  if [ "$quick" = 0 ]; then
+    assemble "$stage/model" "$stage/bundle/model.sha256" "$model" || exit 1
+    assemble "$stage/gemma3" "$stage/bundle/gemma3.sha256" models/gemma-3-270m-q4_k_m.gguf
   fi
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
@@ -67,11 +78,42 @@ log "GPU tests exit $tests_rc"
 timeout 240 "$bin/hetero-bench" -m "$model" --device gpu -p 512 -n 128 -r 3 --batch 1,8,32 --json \
   >"$out/bench-gpu.json" 2>>"$out/run.log"
 log "GPU bench exit $?"
+gemma3=models/gemma-3-270m-q4_k_m.gguf
+if [ -f "$gemma3" ]; then
+  timeout 180 "$bin/hetero-bench" -m "$gemma3" --device gpu -p 512 -n 128 -r 3 --batch 1,8 --json \
+    >"$out/bench-gemma3-gpu.json" 2>>"$out/run.log"
+  log "Gemma 3 GPU bench exit $?"
+fi
 timeout 90 "$bin/hetero-bench" -m "$model" --transfer --json >"$out/transfer.json" 2>>"$out/run.log"
 log "transfer exit $?"
 timeout 120 "$bin/hetero-bench" -m "$model" --device cpu -p 512 -n 128 -r 1 --batch 1,8,32 --json \
   >"$out/bench-cpu.json" 2>>"$out/run.log"
 log "CPU bench exit $?"
+peer=${LLAMA_CUDA_DIR:-$stage/peer}
+if [ -d "$peer/lib" ]; then
+  for z in "$peer"/lib/*.xz; do
+    [ -f "$z" ] && python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$z" "${z%.xz}" && rm -f "$z"
+  done
+  chmod +x "$peer"/bin/* 2>/dev/null
+  # Same settings as hetero-bench: 512-token prompt, 128 decode steps, 3 repetitions; the
+  # batched rows prefill 8 tokens per sequence and decode 128 steps, as hetero-bench's do.
+  LD_LIBRARY_PATH="$peer/lib:$LD_LIBRARY_PATH" timeout 240 "$peer/bin/llama-bench" -m "$model" -ngl 99 \
+    -p 512 -n 128 -r 3 -fa 0,1 -o json >"$out/peer-bench.json" 2>"$out/peer-bench.log"
+  log "peer llama-bench exit $?"
+  for fa in 0 1; do
+    LD_LIBRARY_PATH="$peer/lib:$LD_LIBRARY_PATH" timeout 180 "$peer/bin/llama-batched-bench" -m "$model" -ngl 99 \
+      -c 8192 -b 2048 -ub 512 -npp 8 -ntg 128 -npl 1,8,32 $([ $fa = 1 ] && echo -fa) --output-format jsonl \
+      >"$out/peer-batched-fa$fa.log" 2>&1  # its JSON lines go to the log stream
+    log "peer llama-batched-bench (flash attention $fa) exit $?"
+  done
+else
+  log "no llama.cpp CUDA build at $peer: peer rows skipped"
+fi
+# The agentic suite under each policy; NVML answers here, so the GPU's joules are measured.
+timeout 300 "$bin/hetero-bench" -m "$model" --agentic tests/data/tool_suite.jsonl --policy all --limit 20 --json \
+  >"$out/agentic.json" 2>"$out/agentic.log"
+log "agentic exit $?"
 
 python3 - "$out" <<'PY' >"$out/summary.md"
 import json, os, sys
@@ -97,6 +139,11 @@ for k, v in g.items():
         cv = c.get(k, {}).get("tok_s_median") if isinstance(c.get(k), dict) else None
         print(f"| {k} | {v['tok_s_median']:.1f} | {'' if cv is None else f'{cv:.1f}'} |")
 print(f"\nGPU backend: {g.get('backend')}; weights: {g.get('weights')}; CPU: {c.get('backend')}\n")
+gg = load("bench-gemma3-gpu.json")
+if "backend" in gg:
+    print("Gemma 3 270M Q4_K_M on the GPU: " + ", ".join(
+        f"{k} {v['tok_s_median']:.1f} tok/s" for k, v in gg.items() if isinstance(v, dict) and "tok_s_median" in v))
+    print(f"(weights: {gg.get('weights')})\n")
 tr = load("transfer.json")
 rows = tr if isinstance(tr, list) else tr.get("plain_loop", [])
 print("| bytes | host memory | H2D GB/s | D2H GB/s |\n| --- | --- | --- | --- |")
@@ -106,6 +153,46 @@ kv = tr.get("kv_swap") if isinstance(tr, dict) else None
 if kv:
     print(f"| {kv['bytes']} | KV swap of {kv['tokens']} tokens ({'pinned' if kv['pinned'] else 'pageable'} pool) | "
           f"{kv['swap_in_gb_s']:.1f} | {kv['swap_out_gb_s']:.1f} |")
+print()
+peer_rows = {}
+try:
+    for r in json.load(open(os.path.join(out, "peer-bench.json"))):
+        key = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
+        if r["avg_ts"] > peer_rows.get(key, (0, 0))[0]:
+            peer_rows[key] = (r["avg_ts"], r.get("flash_attn"))
+except Exception as e:
+    print(f"(no llama-bench results: {e})\n")
+for fa in (0, 1):
+    try:
+        for line in open(os.path.join(out, f"peer-batched-fa{fa}.log")):
+            if line.startswith("{"):
+                r = json.loads(line)
+                key = f"tg{r['tg']}_b{r['pl']}"
+                if r["speed_tg"] > peer_rows.get(key, (0, 0))[0]:
+                    peer_rows[key] = (r["speed_tg"], fa)
+    except Exception:
+        pass
+if peer_rows:
+    print("| test | hetero GPU tok/s | llama.cpp CUDA tok/s (flash attn) | hetero / llama.cpp |\n| --- | --- | --- | --- |")
+    for k, (v, fa) in sorted(peer_rows.items()):
+        h = g.get(k, {}).get("tok_s_median") if isinstance(g.get(k), dict) else None
+        print(f"| {k} | {'' if h is None else f'{h:.1f}'} | {v:.1f} ({fa}) | {'' if h is None else f'{h / v:.2f}x'} |")
+    print()
+ag = load("agentic.json")
+if isinstance(ag, list):
+    print("| policy | solved/tasks | PPT | p50 ms | p99 ms | J/task | tok/J | J/task by stage | GPU J: NVML / reports | energy |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in ag:
+        st = ", ".join(f"{k} {v / max(r['tasks'], 1):.2f}" for k, v in sorted(r.get("stage_joules", {}).items()))
+        gm = (f"{r['gpu_meter_joules']:.2f} / {r['gpu_attributed_joules']:.2f} "
+              f"({100 * (r['gpu_attributed_joules'] / r['gpu_meter_joules'] - 1):+.2f}%)"
+              if r.get("gpu_meter_joules", 0) > 0 else "")
+        print(f"| {r['policy']} | {r['solved']}/{r['tasks']} | {r['ppt']:.2f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
+              f"{r['joules_per_task']:.2f} | {r['tokens_per_joule']:.3f} | {st} | {gm} | "
+              f"{'estimated' if r['estimated'] else 'measured'} |")
+    print(f"\nenergy sources: {ag[-1]['energy_sources'] if ag else ''}\n")
+else:
+    print(f"(no agentic results: {ag.get('error')})\n")
 PY
 log "done"
 cat "$out/summary.md"

@@ -86,6 +86,14 @@ __device__ __forceinline__ void DotUnit(const float* w, const float* __restrict_
 
 constexpr int kGemvWarps = 8;
 
+// SiLU, or GELU in its tanh form written as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)), as
+// the CPU backend computes it (0.5 g (1 + tanh) cancels to 0 for very negative g).
+__device__ __forceinline__ float GateActivation(float g, bool gelu) {
+  if (!gelu) return g / (1.0f + expf(-g));
+  const float z = 1.5957691216057308f * (g + 0.044715f * g * g * g);
+  return g / (1.0f + expf(-z));
+}
+
 // One warp per output (per pair of outputs in SwiGLU mode); lanes take half-blocks of 16
 // weights in turn, so each weight is read once per launch whatever the batch and meets
 // every activation row in registers.
@@ -159,11 +167,11 @@ __global__ void __launch_bounds__(32 * kGemvWarps) GemvKernel(GemvLaunch a) {
       if constexpr (kSwiglu) {
         float up = WarpSum(acc_up[m]);
         if (a.norm_weight != nullptr) up *= row_scale[m];
-        v = v / (1.0f + expf(-v)) * up;
+        v = GateActivation(v, a.gelu) * up;
       }
       if (lane == 0) {
         float* out = s.out + static_cast<size_t>(m) * s.ld + j;
-        *out = s.accumulate ? *out + v : v;
+        *out = s.accumulate ? *out + s.scale * v : v;
       }
     }
   }
@@ -196,10 +204,42 @@ cudaError_t LaunchGemvFormat(const GemvLaunch& a, cudaStream_t stream) {
 }
 
 __global__ void EmbedKernel(const __half* __restrict__ table, const int32_t* __restrict__ tokens, int n_embd,
-                            float* __restrict__ out) {
+                            float scale, float* __restrict__ out) {
   const __half* src = table + static_cast<size_t>(tokens[blockIdx.x]) * n_embd;
   float* dst = out + static_cast<size_t>(blockIdx.x) * n_embd;
-  for (int i = threadIdx.x; i < n_embd; i += blockDim.x) dst[i] = __half2float(src[i]);
+  for (int i = threadIdx.x; i < n_embd; i += blockDim.x) dst[i] = __half2float(src[i]) * scale;
+}
+
+// The sum of `v` over the block (every thread gets it); `partial` holds 32 floats.
+__device__ float BlockSum(float v, float* partial) {
+  v = WarpSum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    w = WarpSum(w);
+    if (threadIdx.x == 0) partial[0] = w;
+  }
+  __syncthreads();
+  const float total = partial[0];
+  __syncthreads();  // partial may be reused at once
+  return total;
+}
+
+__global__ void AddToResidualKernel(float* __restrict__ x, const float* __restrict__ t, const float* __restrict__ norm,
+                                    int n, float eps, float scale) {
+  float* xr = x + static_cast<size_t>(blockIdx.x) * n;
+  const float* tr = t + static_cast<size_t>(blockIdx.x) * n;
+  float factor = scale;
+  if (norm != nullptr) {
+    __shared__ float partial[32];
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += tr[i] * tr[i];
+    factor *= rsqrtf(BlockSum(ss, partial) / static_cast<float>(n) + eps);
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    xr[i] += norm != nullptr ? factor * (tr[i] * norm[i]) : factor * tr[i];
+  }
 }
 
 __global__ void RmsNormKernel(const float* __restrict__ x, const int32_t* __restrict__ index,
@@ -238,14 +278,14 @@ __global__ void ToHalfKernel(const float* __restrict__ x, size_t count, __half* 
   }
 }
 
-__global__ void SiluMulKernel(const float* __restrict__ gate_up, int rows, int n_ff, float* __restrict__ out,
-                              __half* __restrict__ out_half) {
+__global__ void GatedActivationKernel(const float* __restrict__ gate_up, int rows, int n_ff, bool gelu,
+                                      float* __restrict__ out, __half* __restrict__ out_half) {
   const size_t count = static_cast<size_t>(rows) * n_ff;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t r = i / n_ff, c = i % n_ff;
     const float g = gate_up[r * 2 * n_ff + c];
-    const float v = g / (1.0f + expf(-g)) * gate_up[r * 2 * n_ff + n_ff + c];
+    const float v = GateActivation(g, gelu) * gate_up[r * 2 * n_ff + n_ff + c];
     if (out_half != nullptr) {
       out_half[i] = __float2half_rn(v);
     } else {
@@ -259,15 +299,28 @@ __device__ __forceinline__ void AddBias(float* v, const float* bias, int count) 
   for (int i = threadIdx.x; i < count; i += blockDim.x) v[i] += bias[i];
 }
 
+// RMS norms of `groups` runs of `size` floats at v, each scaled by `weight` (size floats,
+// shared); a warp per run.
+__device__ void NormGroups(float* v, int groups, int size, const float* weight, float eps) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int g = warp; g < groups; g += blockDim.x >> 5) {
+    float* run = v + static_cast<size_t>(g) * size;
+    float ss = 0.0f;
+    for (int i = lane; i < size; i += 32) ss += run[i] * run[i];
+    const float scale = rsqrtf(WarpSum(ss) / static_cast<float>(size) + eps);
+    for (int i = lane; i < size; i += 32) run[i] = run[i] * scale * weight[i];
+  }
+}
+
 __device__ void RotateHeads(float* v, int heads, int head_dim, int rope_dim, bool neox, const double* inv_freq,
-                            int position) {
+                            float attn_factor, int position) {
   const int half = rope_dim / 2;
   for (int idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     // Double angles, as the CPU backend: float loses the phase at long positions.
     double s, c;
     sincos(static_cast<double>(position) * inv_freq[i], &s, &c);
-    const float sf = static_cast<float>(s), cf = static_cast<float>(c);
+    const float sf = static_cast<float>(s) * attn_factor, cf = static_cast<float>(c) * attn_factor;
     float* head = v + static_cast<size_t>(h) * head_dim;
     const int a = neox ? i : 2 * i;
     const int b = neox ? i + half : 2 * i + 1;
@@ -277,21 +330,36 @@ __device__ void RotateHeads(float* v, int heads, int head_dim, int rope_dim, boo
   }
 }
 
-__global__ void RopeAndStoreKernel(float* qkv, int qkv_stride, const float* q_bias, const float* k_bias,
-                                   const float* v_bias, RopeArgs rope, RowMap map, KvLayout kv, int layer) {
+__global__ void RopeAndStoreKernel(float* qkv, int qkv_stride, QkvSteps steps, RopeArgs rope, RowMap map, KvLayout kv,
+                                   int layer) {
   const int r = blockIdx.x;
   const int qd = rope.n_heads * rope.head_dim;
   const int kvd = rope.n_kv_heads * rope.head_dim;
   float* qr = qkv + static_cast<size_t>(r) * qkv_stride;
   float* kr = qr + qd;
   float* vr = kr + kvd;
-  AddBias(qr, q_bias, qd);
-  AddBias(kr, k_bias, kvd);
-  AddBias(vr, v_bias, kvd);
+  AddBias(qr, steps.q_bias, qd);
+  AddBias(kr, steps.k_bias, kvd);
+  AddBias(vr, steps.v_bias, kvd);
+  __syncthreads();
+  if (steps.q_norm != nullptr) {
+    if (steps.qk_norm_per_head) {
+      NormGroups(qr, rope.n_heads, rope.head_dim, steps.q_norm, steps.eps);
+    } else {
+      NormGroups(qr, 1, qd, steps.q_norm, steps.eps);
+    }
+  }
+  if (steps.k_norm != nullptr) {
+    if (steps.qk_norm_per_head) {
+      NormGroups(kr, rope.n_kv_heads, rope.head_dim, steps.k_norm, steps.eps);
+    } else {
+      NormGroups(kr, 1, kvd, steps.k_norm, steps.eps);
+    }
+  }
   __syncthreads();
   const int position = map.positions[r];
-  RotateHeads(qr, rope.n_heads, rope.head_dim, rope.rope_dim, rope.neox, rope.inv_freq, position);
-  RotateHeads(kr, rope.n_kv_heads, rope.head_dim, rope.rope_dim, rope.neox, rope.inv_freq, position);
+  RotateHeads(qr, rope.n_heads, rope.head_dim, rope.rope_dim, rope.neox, rope.inv_freq, rope.attn_factor, position);
+  RotateHeads(kr, rope.n_kv_heads, rope.head_dim, rope.rope_dim, rope.neox, rope.inv_freq, rope.attn_factor, position);
   __syncthreads();
   const int32_t block = map.block_tables[static_cast<size_t>(map.seq_of_row[r]) * map.table_stride +
                                          position / kv.block_tokens];
@@ -309,7 +377,7 @@ __global__ void RopeAndStoreKernel(float* qkv, int qkv_stride, const float* q_bi
 // (few blocks, long key runs), prompt rows few (many blocks already).
 template <int kAttentionWarps>
 __global__ void AttentionKernel(const float* __restrict__ q, int q_stride, int n_heads, int n_kv_heads, int head_dim, RowMap map,
-                                KvLayout kv, int layer, float scale, float* __restrict__ out) {
+                                KvLayout kv, int layer, float scale, int window, float* __restrict__ out) {
   const int r = blockIdx.x, h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int per_lane = head_dim / 32;
@@ -322,10 +390,11 @@ __global__ void AttentionKernel(const float* __restrict__ q, int q_stride, int n
     acc[t] = 0.0f;
   }
   const int n_keys = map.positions[r] + 1;
+  const int first_key = window > 0 && n_keys > window ? n_keys - window : 0;
   const int32_t* table = map.block_tables + static_cast<size_t>(map.seq_of_row[r]) * map.table_stride;
   const size_t layer_offset = static_cast<size_t>(layer) * kv.layer_floats;
   float running_max = -INFINITY, denom = 0.0f;
-  for (int j = warp; j < n_keys; j += kAttentionWarps) {
+  for (int j = first_key + warp; j < n_keys; j += kAttentionWarps) {
     const float* block = kv.pool + static_cast<size_t>(table[j / kv.block_tokens]) * kv.block_floats + layer_offset;
     const size_t slot = static_cast<size_t>(j % kv.block_tokens) * head_dim;
     const float* key = block + g * kv.head_floats + slot;
@@ -439,8 +508,14 @@ cudaError_t LaunchGemv(const GemvLaunch& a, cudaStream_t stream) {
   }
 }
 
-void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream) {
-  EmbedKernel<<<rows, 256, 0, stream>>>(table, tokens, n_embd, out);
+void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float scale, float* out,
+                 cudaStream_t stream) {
+  EmbedKernel<<<rows, 256, 0, stream>>>(table, tokens, n_embd, scale, out);
+}
+
+void LaunchAddToResidual(float* x, const float* t, const float* norm, int rows, int n, float eps, float scale,
+                         cudaStream_t stream) {
+  AddToResidualKernel<<<rows, 256, 0, stream>>>(x, t, norm, n, eps, scale);
 }
 
 void LaunchArgmax(const float* logits, int rows, int n, int32_t* out, cudaStream_t stream) {
@@ -456,26 +531,25 @@ void LaunchToHalf(const float* x, size_t count, __half* out, cudaStream_t stream
   ToHalfKernel<<<GridFor(count, 256), 256, 0, stream>>>(x, count, out);
 }
 
-void LaunchSiluMul(const float* gate_up, int rows, int n_ff, float* out, __half* out_half, cudaStream_t stream) {
-  SiluMulKernel<<<GridFor(static_cast<size_t>(rows) * n_ff, 256), 256, 0, stream>>>(gate_up, rows, n_ff, out,
-                                                                                     out_half);
+void LaunchGatedActivation(const float* gate_up, int rows, int n_ff, bool gelu, float* out, __half* out_half,
+                           cudaStream_t stream) {
+  GatedActivationKernel<<<GridFor(static_cast<size_t>(rows) * n_ff, 256), 256, 0, stream>>>(gate_up, rows, n_ff, gelu,
+                                                                                             out, out_half);
 }
 
-void LaunchRopeAndStore(float* qkv, int qkv_stride, const float* q_bias, const float* k_bias, const float* v_bias,
-                        int rows, const RopeArgs& rope, const RowMap& map, const KvLayout& kv, int layer,
-                        cudaStream_t stream) {
-  RopeAndStoreKernel<<<rows, 256, 0, stream>>>(qkv, qkv_stride, q_bias, k_bias, v_bias, rope, map, kv, layer);
+void LaunchRopeAndStore(float* qkv, int qkv_stride, const QkvSteps& steps, int rows, const RopeArgs& rope,
+                        const RowMap& map, const KvLayout& kv, int layer, cudaStream_t stream) {
+  RopeAndStoreKernel<<<rows, 256, 0, stream>>>(qkv, qkv_stride, steps, rope, map, kv, layer);
 }
 
-void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim,
-                     const RowMap& map, const KvLayout& kv, int layer, float* out, cudaStream_t stream) {
-  const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
+void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim, float scale,
+                     int window, const RowMap& map, const KvLayout& kv, int layer, float* out, cudaStream_t stream) {
   if (rows <= kGraphMaxRows) {
     AttentionKernel<16><<<dim3(rows, n_heads), 32 * 16, 0, stream>>>(q, q_stride, n_heads, n_kv_heads, head_dim, map,
-                                                                      kv, layer, scale, out);
+                                                                      kv, layer, scale, window, out);
   } else {
     AttentionKernel<4><<<dim3(rows, n_heads), 32 * 4, 0, stream>>>(q, q_stride, n_heads, n_kv_heads, head_dim, map, kv,
-                                                                    layer, scale, out);
+                                                                    layer, scale, window, out);
   }
 }
 

@@ -46,11 +46,12 @@ struct GemvSegment {
   int n;
   int ld;
   bool accumulate;      // add to `out` (the residual stream) instead of overwriting it
+  float scale = 1.0f;   // what is added is scale times the product (a residual scale)
 };
 // Up to three matrices of one format and input width multiplied by the same rows in one
 // launch (q, k, v). With `norm_weight`, x' is x RMS-normalised per row and scaled by it
 // (the layer's norm, fused). With `swiglu`, segments 0 and 1 are gate and up and segment
-// 0's out receives silu(gate) * up.
+// 0's out receives act(gate) * up, act SiLU or, with gelu, GELU (tanh form).
 struct GemvLaunch {
   GemvSegment segments[3];
   int n_segments = 0;
@@ -61,32 +62,47 @@ struct GemvLaunch {
   const float* norm_weight = nullptr;
   float eps = 0.0f;
   bool swiglu = false;
+  bool gelu = false;
 };
 cudaError_t LaunchGemv(const GemvLaunch& launch, cudaStream_t stream);
 
-void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float* out, cudaStream_t stream);
+// out[r] = scale * table[tokens[r]].
+void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float scale, float* out,
+                 cudaStream_t stream);
 // out[r] = x[index ? index[r] : r] normalised by its RMS, times weight; into `out` (float)
 // or, when given, `out_half`.
 void LaunchRmsNorm(const float* x, const int32_t* index, const float* weight, int rows, int n, float eps, float* out,
                    __half* out_half, cudaStream_t stream);
+// x[r] += scale * (norm ? rms_norm(t[r]) * norm : t[r]), rows of n: a block's output joining
+// the residual stream.
+void LaunchAddToResidual(float* x, const float* t, const float* norm, int rows, int n, float eps, float scale,
+                         cudaStream_t stream);
 void LaunchToHalf(const float* x, size_t count, __half* out, cudaStream_t stream);
-// silu(gate_up[r, i]) * gate_up[r, n_ff + i] (rows of 2 n_ff in, n_ff out) into `out` or,
-// when given, `out_half`.
-void LaunchSiluMul(const float* gate_up, int rows, int n_ff, float* out, __half* out_half, cudaStream_t stream);
+// act(gate_up[r, i]) * gate_up[r, n_ff + i] (rows of 2 n_ff in, n_ff out), act SiLU or, with
+// gelu, GELU (tanh form), into `out` or, when given, `out_half`.
+void LaunchGatedActivation(const float* gate_up, int rows, int n_ff, bool gelu, float* out, __half* out_half,
+                           cudaStream_t stream);
 // Rows of `qkv` hold q, k and v side by side (row stride `qkv_stride`). Adds biases (may be
-// null), rotates q and k, and stores k and v into the KV blocks.
+// null), RMS-norms q and k (norms may be null; per head, or over each whole vector),
+// rotates q and k, and stores k and v into the KV blocks.
 struct RopeArgs {
   int n_heads, n_kv_heads, head_dim, rope_dim;
   bool neox;
   const double* inv_freq;  // rope_dim / 2, device
+  float attn_factor = 1.0f;  // multiplies the rotated dimensions
 };
-void LaunchRopeAndStore(float* qkv, int qkv_stride, const float* q_bias, const float* k_bias, const float* v_bias,
-                        int rows, const RopeArgs& rope, const RowMap& map, const KvLayout& kv, int layer,
-                        cudaStream_t stream);
-// out[r, h] = softmax(q k^T / sqrt(d)) v over the row's keys 0..positions[r]; row r's
-// queries at q + r * q_stride.
-void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim, const RowMap& map,
-                     const KvLayout& kv, int layer, float* out, cudaStream_t stream);
+struct QkvSteps {
+  const float *q_bias = nullptr, *k_bias = nullptr, *v_bias = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  bool qk_norm_per_head = true;
+  float eps = 0.0f;
+};
+void LaunchRopeAndStore(float* qkv, int qkv_stride, const QkvSteps& steps, int rows, const RopeArgs& rope,
+                        const RowMap& map, const KvLayout& kv, int layer, cudaStream_t stream);
+// out[r, h] = softmax(scale q k^T) v over the row's keys: positions 0..positions[r], or with
+// window > 0 the last `window` of them; row r's queries at q + r * q_stride.
+void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim, float scale,
+                     int window, const RowMap& map, const KvLayout& kv, int layer, float* out, cudaStream_t stream);
 
 // out[r] = the first index of the largest of logits[r * n .. r * n + n).
 void LaunchArgmax(const float* logits, int rows, int n, int32_t* out, cudaStream_t stream);

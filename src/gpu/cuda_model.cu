@@ -190,6 +190,10 @@ struct Matrix {
 
 struct Layer {
   DeviceBuffer attn_norm, ffn_norm, q_bias, k_bias, v_bias;
+  DeviceBuffer q_norm, k_norm, post_attn_norm, post_ffn_norm;  // each may be absent
+  bool qk_norm_per_head = true;
+  int rope_table = 0;
+  int sliding_window = 0;
   // Float16 copies of [q; k; v] and [gate; up], each one matrix for cuBLAS.
   DeviceBuffer qkv_f16, gate_up_f16;
   Matrix q, k, v, o, gate, up, down;
@@ -233,6 +237,7 @@ struct Model {
                    output.device_bytes();
     for (const auto& l : layers) {
       total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes +
+               l->q_norm.bytes + l->k_norm.bytes + l->post_attn_norm.bytes + l->post_ffn_norm.bytes +
                l->qkv_f16.bytes + l->gate_up_f16.bytes;
       for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) total += m->device_bytes();
     }
@@ -247,8 +252,15 @@ struct Model {
     const auto& c = desc;
     if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_ff <= 0 ||
         c.n_vocab <= 0 || c.kv_block_tokens <= 0 || c.kv_blocks <= 0 || c.max_rows <= 0 || c.layers == nullptr ||
-        c.token_embd_f16 == nullptr || c.output_norm == nullptr || c.rope_inv_freq == nullptr) {
+        c.token_embd_f16 == nullptr || c.output_norm == nullptr || c.rope_inv_freq == nullptr || c.n_rope_tables <= 0) {
       return Invalid("model description has a zero size or a missing tensor");
+    }
+    if (c.activation != HETERO_CUDA_ACTIVATION_SILU && c.activation != HETERO_CUDA_ACTIVATION_GELU_TANH) {
+      return Invalid("unknown FFN activation " + std::to_string(c.activation));
+    }
+    if (!(c.embedding_scale > 0) || !(c.attention_scale > 0) || !(c.residual_scale > 0) || !(c.logit_scale > 0) ||
+        !(c.rope_attn_factor > 0)) {
+      return Invalid("model description: scales must be positive and finite");
     }
     if (c.head_dim % 32 != 0 || c.head_dim > 32 * kMaxHeadDimPerLane || c.n_heads % c.n_kv_heads != 0 ||
         c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
@@ -265,8 +277,12 @@ struct Model {
     HETERO_CUBLAS_TRY(cublasSetWorkspace(cublas, cublas_workspace.ptr, cublas_workspace.bytes));
     HETERO_FAILURE_TRY(token_embd.Upload(c.token_embd_f16, static_cast<size_t>(c.n_vocab) * c.n_embd * sizeof(__half),
                                          "cudaMalloc(token embeddings)"));
-    HETERO_FAILURE_TRY(output_norm.Upload(c.output_norm, c.n_embd * sizeof(float), "cudaMalloc(output norm)"));
-    HETERO_FAILURE_TRY(inv_freq.Upload(c.rope_inv_freq, c.rope_dim / 2 * sizeof(double), "cudaMalloc(rope)"));
+    // The logit scale folded into the final norm's weights: one multiply fewer per logit.
+    std::vector<float> scaled_norm(c.output_norm, c.output_norm + c.n_embd);
+    for (float& w : scaled_norm) w *= c.logit_scale;
+    HETERO_FAILURE_TRY(output_norm.Upload(scaled_norm.data(), c.n_embd * sizeof(float), "cudaMalloc(output norm)"));
+    HETERO_FAILURE_TRY(inv_freq.Upload(c.rope_inv_freq, static_cast<size_t>(c.n_rope_tables) * (c.rope_dim / 2) * sizeof(double),
+                                       "cudaMalloc(rope)"));
     HETERO_FAILURE_TRY(output.Upload(c.output, "output"));
     const int qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
     for (int i = 0; i < c.n_layers; ++i) {
@@ -278,6 +294,21 @@ struct Model {
       if (src.q_bias != nullptr) HETERO_FAILURE_TRY(l->q_bias.Upload(src.q_bias, qd * sizeof(float), "cudaMalloc(bias)"));
       if (src.k_bias != nullptr) HETERO_FAILURE_TRY(l->k_bias.Upload(src.k_bias, kvd * sizeof(float), "cudaMalloc(bias)"));
       if (src.v_bias != nullptr) HETERO_FAILURE_TRY(l->v_bias.Upload(src.v_bias, kvd * sizeof(float), "cudaMalloc(bias)"));
+      l->qk_norm_per_head = src.qk_norm_per_head != 0;
+      const size_t q_norm_floats = l->qk_norm_per_head ? c.head_dim : qd, k_norm_floats = l->qk_norm_per_head ? c.head_dim : kvd;
+      if (src.q_norm != nullptr) HETERO_FAILURE_TRY(l->q_norm.Upload(src.q_norm, q_norm_floats * sizeof(float), "cudaMalloc(norm)"));
+      if (src.k_norm != nullptr) HETERO_FAILURE_TRY(l->k_norm.Upload(src.k_norm, k_norm_floats * sizeof(float), "cudaMalloc(norm)"));
+      if (src.post_attn_norm != nullptr) {
+        HETERO_FAILURE_TRY(l->post_attn_norm.Upload(src.post_attn_norm, c.n_embd * sizeof(float), "cudaMalloc(norm)"));
+      }
+      if (src.post_ffn_norm != nullptr) {
+        HETERO_FAILURE_TRY(l->post_ffn_norm.Upload(src.post_ffn_norm, c.n_embd * sizeof(float), "cudaMalloc(norm)"));
+      }
+      if (src.rope_table < 0 || src.rope_table >= c.n_rope_tables || src.sliding_window < 0) {
+        return Invalid("layer " + std::to_string(i) + ": RoPE table out of range or a negative sliding window");
+      }
+      l->rope_table = src.rope_table;
+      l->sliding_window = src.sliding_window;
       // Shapes first: the fused buffers are filled at fixed offsets.
       const struct {
         const hetero_cuda_matrix& m;
@@ -345,13 +376,15 @@ struct Model {
     launch.norm_weight = norm;
     launch.eps = desc.rms_norm_eps;
     launch.swiglu = swiglu;
+    launch.gelu = desc.activation == HETERO_CUDA_ACTIVATION_GELU_TANH;
     bool same = true;
     for (const Target& t : mats) same = same && t.m->format == mats.begin()->m->format;
     if (same) {
       launch.format = mats.begin()->m->format;
       launch.k = mats.begin()->m->cols;
       for (const Target& t : mats) {
-        launch.segments[launch.n_segments++] = GemvSegment{t.m->gemv_weights(), t.out, t.m->rows, t.ld, accumulate};
+        launch.segments[launch.n_segments++] =
+            GemvSegment{t.m->gemv_weights(), t.out, t.m->rows, t.ld, accumulate, desc.residual_scale};
       }
       HETERO_CUDA_TRY(LaunchGemv(launch, stream));
       return {};
@@ -362,17 +395,17 @@ struct Model {
       const int n_ff = g.m->rows;
       HETERO_FAILURE_TRY(Gemv({{g.m, gate_up.as<float>(), 2 * n_ff}}, in, rows, false, norm));
       HETERO_FAILURE_TRY(Gemv({{u.m, gate_up.as<float>() + n_ff, 2 * n_ff}}, in, rows, false, norm));
-      LaunchSiluMul(gate_up.as<float>(), rows, n_ff, g.out, nullptr, stream);
+      LaunchGatedActivation(gate_up.as<float>(), rows, n_ff, launch.gelu, g.out, nullptr, stream);
       return {};
     }
     for (const Target& t : mats) HETERO_FAILURE_TRY(Gemv({t}, in, rows, accumulate, norm));
     return {};
   }
 
-  // out (+)= in W^T over `rows` float16 rows through cuBLAS, W float16 (n x k, row-major),
-  // out rows `ldc` floats apart.
+  // out = in W^T, or with `accumulate` out += residual_scale in W^T, over `rows` float16 rows
+  // through cuBLAS, W float16 (n x k, row-major), out rows `ldc` floats apart.
   Failure MatMul(const __half* w, int n, int k, const __half* in, int rows, float* out, int ldc, bool accumulate) {
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const float alpha = accumulate ? desc.residual_scale : 1.0f, beta = accumulate ? 1.0f : 0.0f;
     // Row-major out (rows x n) = in (rows x k) W^T, as column-major out^T = W in^T.
     HETERO_CUBLAS_TRY(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, w, CUDA_R_16F, k, in,
                                    CUDA_R_16F, k, &beta, out, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
@@ -385,15 +418,20 @@ struct Model {
     const auto& c = desc;
     RowMap map{input_at(0), input_at(1), input_at(2), input_at(4), table_stride};
     const int32_t* logit_index = input_at(3);
-    RopeArgs rope{c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox != 0, inv_freq.as<double>()};
+    RopeArgs rope{c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox != 0, nullptr, c.rope_attn_factor};
     const bool gemv = n_rows <= kGemvPassRows;
     const int qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim, qkv_stride = qd + 2 * kvd;
     float* xs = x.as<float>();
     float* q = qkv.as<float>();
     __half* h16 = half_in.as<__half>();
-    LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, xs, stream);
+    // A block's output goes straight into the residual stream (GEMV and GEMM accumulate,
+    // residual scale included) unless the layer norms it first: then through `block_out`.
+    float* block_out = h.as<float>();
+    LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, c.embedding_scale, xs, stream);
     for (int i = 0; i < c.n_layers; ++i) {
       Layer& l = *layers[i];
+      rope.inv_freq = inv_freq.as<double>() + static_cast<size_t>(l.rope_table) * (c.rope_dim / 2);
+      const bool post_attn = l.post_attn_norm.ptr != nullptr, post_ffn = l.post_ffn_norm.ptr != nullptr;
       if (gemv) {
         HETERO_FAILURE_TRY(Gemv({{&l.q, q, qkv_stride}, {&l.k, q + qd, qkv_stride}, {&l.v, q + qd + kvd, qkv_stride}},
                                 xs, n_rows, false, l.attn_norm.as<float>()));
@@ -401,22 +439,43 @@ struct Model {
         LaunchRmsNorm(xs, nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
         HETERO_FAILURE_TRY(MatMul(l.qkv_f16.as<__half>(), qkv_stride, c.n_embd, h16, n_rows, q, qkv_stride, false));
       }
-      LaunchRopeAndStore(q, qkv_stride, l.q_bias.as<float>(), l.k_bias.as<float>(), l.v_bias.as<float>(), n_rows, rope,
-                         map, kv, i, stream);
-      LaunchAttention(q, qkv_stride, n_rows, c.n_heads, c.n_kv_heads, c.head_dim, map, kv, i, att.as<float>(), stream);
+      QkvSteps steps;
+      steps.q_bias = l.q_bias.as<float>();
+      steps.k_bias = l.k_bias.as<float>();
+      steps.v_bias = l.v_bias.as<float>();
+      steps.q_norm = l.q_norm.as<float>();
+      steps.k_norm = l.k_norm.as<float>();
+      steps.qk_norm_per_head = l.qk_norm_per_head;
+      steps.eps = c.rms_norm_eps;
+      LaunchRopeAndStore(q, qkv_stride, steps, n_rows, rope, map, kv, i, stream);
+      LaunchAttention(q, qkv_stride, n_rows, c.n_heads, c.n_kv_heads, c.head_dim, c.attention_scale, l.sliding_window,
+                      map, kv, i, att.as<float>(), stream);
       if (gemv) {
-        HETERO_FAILURE_TRY(Gemv({{&l.o, xs, c.n_embd}}, att.as<float>(), n_rows, true, nullptr));
+        HETERO_FAILURE_TRY(Gemv({{&l.o, post_attn ? block_out : xs, c.n_embd}}, att.as<float>(), n_rows, !post_attn, nullptr));
+        if (post_attn) {
+          LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
+                              c.residual_scale, stream);
+        }
         HETERO_FAILURE_TRY(Gemv({{&l.gate, ffn.as<float>(), c.n_ff}, {&l.up, nullptr, c.n_ff}}, xs, n_rows, false,
                                 l.ffn_norm.as<float>(), /*swiglu=*/true));
-        HETERO_FAILURE_TRY(Gemv({{&l.down, xs, c.n_embd}}, ffn.as<float>(), n_rows, true, nullptr));
+        HETERO_FAILURE_TRY(Gemv({{&l.down, post_ffn ? block_out : xs, c.n_embd}}, ffn.as<float>(), n_rows, !post_ffn, nullptr));
       } else {
         LaunchToHalf(att.as<float>(), static_cast<size_t>(n_rows) * qd, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.o.f16, c.n_embd, qd, h16, n_rows, xs, c.n_embd, true));
+        HETERO_FAILURE_TRY(MatMul(l.o.f16, c.n_embd, qd, h16, n_rows, post_attn ? block_out : xs, c.n_embd, !post_attn));
+        if (post_attn) {
+          LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
+                              c.residual_scale, stream);
+        }
         LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
         HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
                                   2 * c.n_ff, false));
-        LaunchSiluMul(gate_up.as<float>(), n_rows, c.n_ff, nullptr, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, xs, c.n_embd, true));
+        LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH, nullptr,
+                              h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, post_ffn ? block_out : xs, c.n_embd, !post_ffn));
+      }
+      if (post_ffn) {
+        LaunchAddToResidual(xs, block_out, l.post_ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, c.residual_scale,
+                            stream);
       }
     }
     if (n_logit_rows <= kGemvPassRows) {

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 2
+#define HETERO_CUDA_MODULE_ABI_VERSION 3
 
 /* Outcome of a probe. */
 enum {
@@ -45,7 +45,8 @@ typedef void (*hetero_cuda_module_probe_fn)(hetero_cuda_probe_result* result,
 #define HETERO_CUDA_MODULE_ABI_VERSION_SYMBOL "hetero_cuda_module_abi_version"
 #define HETERO_CUDA_MODULE_PROBE_SYMBOL "hetero_cuda_module_probe"
 
-/* ---- The model runtime (ABI 2). libhetero prepares every tensor on the host (it owns the
+/* ---- The model runtime (ABI 3: the steps of the shared model definition,
+ * src/runtime/models/model_definition.h, each present or absent per layer). libhetero prepares every tensor on the host (it owns the
  * GGUF reader and the dequantizers) and the module uploads them once. Sequences and their
  * KV block tables live in libhetero; the module owns the device KV pool, whose blocks have
  * the CPU backend's layout ([layer][k|v][kv head][slot][dim], float32), so a block copied
@@ -77,12 +78,29 @@ typedef struct hetero_cuda_matrix {
   const uint16_t* f16;   /* rows x cols float16, row-major */
 } hetero_cuda_matrix;
 
+/* FFN activations: the gate's activation times up. */
+enum {
+  HETERO_CUDA_ACTIVATION_SILU = 0,      /* SwiGLU */
+  HETERO_CUDA_ACTIVATION_GELU_TANH = 1  /* GeGLU, GELU's tanh form */
+};
+
 typedef struct hetero_cuda_layer {
   const float* attn_norm; /* n_embd */
   const float* ffn_norm;
   const float* q_bias;    /* NULL without attention biases */
   const float* k_bias;
   const float* v_bias;
+  /* RMS norms of q and k after the biases, before RoPE (NULL: none): per head (head_dim
+   * weights, shared by the heads) or, with qk_norm_per_head 0, over each row's whole q
+   * (n_heads * head_dim weights) and whole k (n_kv_heads * head_dim). */
+  const float* q_norm;
+  const float* k_norm;
+  int32_t qk_norm_per_head;
+  /* RMS norms of the attention and FFN outputs before they join the residual (NULL: none). */
+  const float* post_attn_norm; /* n_embd */
+  const float* post_ffn_norm;
+  int32_t rope_table;     /* index into the model's RoPE tables */
+  int32_t sliding_window; /* > 0: a query sees its last sliding_window positions (itself included) */
   hetero_cuda_matrix q, k, v, o, gate, up, down;
 } hetero_cuda_layer;
 
@@ -90,8 +108,15 @@ typedef struct hetero_cuda_model_desc {
   int32_t n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_ff, n_vocab, context_length;
   int32_t rope_dim;       /* rotated dimensions per head */
   int32_t rope_neox;      /* 1: pairs (i, i + rope_dim / 2); 0: pairs (2i, 2i + 1) */
-  const double* rope_inv_freq; /* rope_dim / 2 angles per position, scaling folded in */
+  int32_t n_rope_tables;  /* distinct RoPE frequency sets (e.g. Gemma 3's local and global layers) */
+  const double* rope_inv_freq; /* n_rope_tables x rope_dim / 2 angles per position, scaling folded in */
+  float rope_attn_factor; /* multiplies the rotated dimensions of q and k */
   float rms_norm_eps;
+  float embedding_scale;  /* multiplies each token's embedding */
+  float attention_scale;  /* multiplies q.k */
+  float residual_scale;   /* multiplies each block's output before it joins the residual */
+  float logit_scale;      /* multiplies the logits */
+  int32_t activation;     /* HETERO_CUDA_ACTIVATION_* */
   int32_t kv_block_tokens;
   int32_t kv_blocks;      /* device KV pool size in blocks */
   int32_t max_rows;       /* most tokens in one forward pass */
