@@ -6,6 +6,7 @@
 #include "examples/agentic_bench.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -42,11 +43,14 @@ struct PolicyRow {
   bool estimated = false;
   std::string energy_sources;
   std::map<std::string, double> stage_joules;  // all tasks, by stage name
-  // GPU 0's energy two ways, over all tasks (NVML found and the engine holding a GPU):
-  // read from NVML by this program around each Run, and the sum of the reports' stage
-  // shares of it. Their agreement checks the engine's attribution against the meter.
+  // GPU 0's energy two ways (NVML found and the engine holding a GPU): read from NVML by
+  // this program over the whole run, from the first task's start to the last one's end
+  // (between tasks only session set-up runs, and nothing reads the counter), and the sum
+  // of the reports' stage shares of it. Their agreement checks the engine's attribution
+  // against the meter.
   double gpu_meter_joules = -1;
   double gpu_attributed_joules = 0;
+  double gpu_meter_update_ms = 0;  // how often the counter moved (median), 0 when unknown
   double ppt() const { return tokens > 0 ? 1000.0 * solved / static_cast<double>(tokens) : 0; }
   double tst() const { return tasks > 0 ? joules / tasks : 0; }
   double tpw() const { return joules > 0 ? static_cast<double>(tokens) / joules : 0; }
@@ -105,6 +109,38 @@ double GpuJoulesOf(const TaskReport& report) {
   return joules;
 }
 
+// NVML's counter moves in steps (every 100 ms on an H200), so a reading taken at any moment
+// is up to a step old. These read it where it is exact: at a movement.
+struct CounterStep {
+  std::chrono::steady_clock::time_point time;
+  double joules = 0;
+};
+// The next movement of `counter` (read in a tight loop, at most 2 s).
+absl::StatusOr<CounterStep> NextStep(EnergyCounter& counter) {
+  using Clock = std::chrono::steady_clock;
+  const absl::StatusOr<double> first = counter.ReadJoules();
+  if (!first.ok()) return first.status();
+  const auto give_up = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < give_up) {
+    const absl::StatusOr<double> j = counter.ReadJoules();
+    if (!j.ok()) return j.status();
+    if (*j != *first) return CounterStep{Clock::now(), *j};
+  }
+  return absl::DeadlineExceededError("the energy counter did not move in 2 s");
+}
+// The counter's value at `time`, a moment already past: the two movements after it, and
+// the value interpolated back from the first at the power between them (the GPU is idle
+// after a run ends, so that power holds back to `time`).
+absl::StatusOr<double> JoulesAtPastMoment(EnergyCounter& counter, std::chrono::steady_clock::time_point time) {
+  const absl::StatusOr<CounterStep> a = NextStep(counter);
+  if (!a.ok()) return a.status();
+  const absl::StatusOr<CounterStep> b = NextStep(counter);
+  if (!b.ok()) return b.status();
+  const double seconds = std::chrono::duration<double>(b->time - a->time).count();
+  const double watts = seconds > 0 ? (b->joules - a->joules) / seconds : 0;
+  return a->joules - watts * std::chrono::duration<double>(a->time - time).count();
+}
+
 absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& policy,
                                     const std::vector<example_tools::SuiteQuestion>& questions,
                                     const std::shared_ptr<ToolRegistry>& tools, const std::vector<Route>* routes) {
@@ -142,7 +178,15 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     auto counters = FindNvmlCounters("libnvidia-ml.so.1", &why_none);
     if (!counters.empty() && !counters.front()->estimated()) {
       gpu_meter = std::move(counters.front());
-      row.gpu_meter_joules = 0;
+    }
+  }
+  // The run starts right at a movement of the counter, where its reading is exact.
+  absl::StatusOr<CounterStep> run_start = absl::UnavailableError("no NVML counter");
+  if (gpu_meter) {
+    const absl::StatusOr<CounterStep> before = NextStep(*gpu_meter);
+    run_start = NextStep(*gpu_meter);
+    if (before.ok() && run_start.ok()) {
+      row.gpu_meter_update_ms = std::chrono::duration<double, std::milli>(run_start->time - before->time).count();
     }
   }
   std::vector<double> latencies;
@@ -155,14 +199,9 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     run.max_tool_rounds = 3;
     run.router = router;
     run.safety = safety;
-    const absl::StatusOr<double> meter_before = gpu_meter ? gpu_meter->ReadJoules() : absl::StatusOr<double>(0.0);
     auto result = (*session)->Run(q.question, run);
-    const absl::StatusOr<double> meter_after = gpu_meter ? gpu_meter->ReadJoules() : absl::StatusOr<double>(0.0);
     ++row.tasks;
-    if (gpu_meter && result.ok() && meter_before.ok() && meter_after.ok()) {
-      row.gpu_meter_joules += *meter_after - *meter_before;
-      row.gpu_attributed_joules += GpuJoulesOf(result->report);
-    }
+    if (result.ok()) row.gpu_attributed_joules += GpuJoulesOf(result->report);
     if (!result.ok()) {
       ++row.errors;
       continue;
@@ -188,6 +227,10 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     }
     row.estimated |= result->report.energy_estimated || result->report.joules < 0;
     row.energy_sources = result->report.energy_sources;
+  }
+  if (gpu_meter && run_start.ok() && row.errors == 0) {
+    const absl::StatusOr<double> at_end = JoulesAtPastMoment(*gpu_meter, std::chrono::steady_clock::now());
+    if (at_end.ok()) row.gpu_meter_joules = *at_end - run_start->joules;
   }
   row.p50_ms = Percentile(latencies, 50);
   row.p99_ms = Percentile(latencies, 99);
@@ -292,6 +335,7 @@ int RunAgenticBench(const AgenticOptions& o) {
       if (r.gpu_meter_joules >= 0) {
         out.back()["gpu_meter_joules"] = r.gpu_meter_joules;
         out.back()["gpu_attributed_joules"] = r.gpu_attributed_joules;
+        out.back()["gpu_meter_update_ms"] = r.gpu_meter_update_ms;
       }
     }
     std::printf("%s\n", out.dump(2).c_str());
@@ -311,8 +355,9 @@ int RunAgenticBench(const AgenticOptions& o) {
       }
       std::printf("%s: J/task by stage:%s\n", r.policy.c_str(), stages.c_str());
       if (r.gpu_meter_joules >= 0) {
-        std::printf("%s: GPU energy over the tasks: NVML %.2f J, the reports' stage shares %.2f J (%+.2f%%)\n",
-                    r.policy.c_str(), r.gpu_meter_joules, r.gpu_attributed_joules,
+        std::printf("%s: GPU energy over the run: NVML %.2f J (its counter moves every %.0f ms), the reports' "
+                    "stage shares %.2f J (%+.2f%%)\n",
+                    r.policy.c_str(), r.gpu_meter_joules, r.gpu_meter_update_ms, r.gpu_attributed_joules,
                     r.gpu_meter_joules > 0 ? 100.0 * (r.gpu_attributed_joules / r.gpu_meter_joules - 1) : 0.0);
       }
     }

@@ -10,7 +10,8 @@
 #      build for sm_90): llama-bench pp512/tg128 and llama-batched-bench's decode at 1, 8
 #      and 32 sequences on the same file, flash attention off and on (its best counts);
 #   6. hetero-bench --agentic on the suite, every policy: joules per task from NVML, with
-#      the reports' GPU share checked against NVML read around each task;
+#      the reports' GPU share checked against NVML read over the whole run (`--agentic`
+#      runs this step alone);
 #   7. a summary table, summary.md, with the logs, under $OUT (or ./device-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ model=${HETERO_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1   # tiny-model GPU tests and bandwidth only: no default model needed
+agentic_only=0
+[ "${1:-}" = "--agentic" ] && agentic_only=1   # the agentic benchmark (step 6) alone, with the summary
 # Pieces carried by earlier calls are gathered in one place that outlives a call.
 stage=/tmp/hetero-device
 if [ -d .device ]; then
@@ -69,10 +72,12 @@ if [ "$quick" = 1 ]; then
   exit 0
 fi
 [ -f "$model" ] || { log "no model at $model"; exit 1; }
+tests_rc=0
+if [ "$agentic_only" = 0 ]; then
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv >"$out/run.log.gpu" 2>&1
 cat "$out/run.log.gpu" >>"$out/run.log"; rm -f "$out/run.log.gpu"
 
-"$bin/cuda_backend_test" --gtest_output="json:$out/gpu-tests.json" >"$out/gpu-tests.log" 2>&1
+timeout 400 "$bin/cuda_backend_test" --gtest_output="json:$out/gpu-tests.json" >"$out/gpu-tests.log" 2>&1
 tests_rc=$?
 log "GPU tests exit $tests_rc"
 timeout 240 "$bin/hetero-bench" -m "$model" --device gpu -p 512 -n 128 -r 3 --batch 1,8,32 --json \
@@ -110,6 +115,7 @@ if [ -d "$peer/lib" ]; then
 else
   log "no llama.cpp CUDA build at $peer: peer rows skipped"
 fi
+fi  # agentic_only
 # The agentic suite under each policy; NVML answers here, so the GPU's joules are measured.
 timeout 300 "$bin/hetero-bench" -m "$model" --agentic tests/data/tool_suite.jsonl --policy all --limit 20 --json \
   >"$out/agentic.json" 2>"$out/agentic.log"
@@ -185,8 +191,8 @@ if isinstance(ag, list):
     for r in ag:
         st = ", ".join(f"{k} {v / max(r['tasks'], 1):.2f}" for k, v in sorted(r.get("stage_joules", {}).items()))
         gm = (f"{r['gpu_meter_joules']:.2f} / {r['gpu_attributed_joules']:.2f} "
-              f"({100 * (r['gpu_attributed_joules'] / r['gpu_meter_joules'] - 1):+.2f}%)"
-              if r.get("gpu_meter_joules", 0) > 0 else "")
+              f"({100 * (r['gpu_attributed_joules'] / r['gpu_meter_joules'] - 1):+.2f}%; counter every "
+              f"{r.get('gpu_meter_update_ms', 0):.0f} ms)" if r.get("gpu_meter_joules", 0) > 0 else "")
         print(f"| {r['policy']} | {r['solved']}/{r['tasks']} | {r['ppt']:.2f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | "
               f"{r['joules_per_task']:.2f} | {r['tokens_per_joule']:.3f} | {st} | {gm} | "
               f"{'estimated' if r['estimated'] else 'measured'} |")

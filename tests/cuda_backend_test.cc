@@ -116,6 +116,13 @@ TEST(CudaBackendTest, UnavailableWithoutADeviceNamesTheReason) {
 // whatever the architecture's steps need to show (windows shorter than the 37-token
 // prompt, scales far from 1, Llama 3 frequency factors).
 struct TinyCase {
+  TinyCase(std::string architecture_, TensorType type_) : architecture(std::move(architecture_)), type(type_) {}
+  TinyCase& Window(int n) { sliding_window = n; return *this; }
+  TinyCase& FreqFactors() { rope_freq_factors = true; return *this; }
+  TinyCase& Keys(std::map<std::string, float> keys) { float_keys = std::move(keys); return *this; }
+  TinyCase& Layers(int n) { n_layers = n; return *this; }
+  TinyCase& Label(std::string l) { label = std::move(l); return *this; }
+
   std::string architecture;
   TensorType type;
   int sliding_window = 0;
@@ -154,22 +161,22 @@ TEST_P(CudaTinyModelTest, MatchesTheCpuF32Path) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
-                         ::testing::Values(TinyCase{"llama", TensorType::kF16}, TinyCase{"llama", TensorType::kQ4_0},
-                                           TinyCase{"llama", TensorType::kQ4_1}, TinyCase{"llama", TensorType::kQ8_0},
-                                           TinyCase{"qwen2", TensorType::kQ4_1},
+                         ::testing::Values(TinyCase("llama", TensorType::kF16), TinyCase("llama", TensorType::kQ4_0),
+                                           TinyCase("llama", TensorType::kQ4_1), TinyCase("llama", TensorType::kQ8_0),
+                                           TinyCase("qwen2", TensorType::kQ4_1),
                                            // q/k norms per head
-                                           TinyCase{"qwen3", TensorType::kQ8_0},
+                                           TinyCase("qwen3", TensorType::kQ8_0),
                                            // five local layers (window 8, their own RoPE base) and a
                                            // global one; q/k norms, post-block norms, GeGLU, embedding scale
-                                           TinyCase{"gemma3", TensorType::kF16, 8, false, {}, 6},
+                                           TinyCase("gemma3", TensorType::kF16).Window(8).Layers(6),
                                            // fused q|k|v and gate|up, a sliding window
-                                           TinyCase{"phi3", TensorType::kQ4_0, 16},
+                                           TinyCase("phi3", TensorType::kQ4_0).Window(16),
                                            // Llama 3 frequency factors, a Mistral-style window
-                                           TinyCase{"llama", TensorType::kF16, 12, true, {}, 2, "llama3_window"},
+                                           TinyCase("llama", TensorType::kF16).Window(12).FreqFactors().Label("llama3_window"),
                                            // embedding, attention, residual and logit multipliers
-                                           TinyCase{"granite", TensorType::kQ4_1, 0, false,
-                                                    {{"embedding_scale", 12.0f}, {"attention.scale", 0.0078125f},
-                                                     {"residual_scale", 0.22f}, {"logit_scale", 8.0f}}}),
+                                           TinyCase("granite", TensorType::kQ4_1)
+                                               .Keys({{"embedding_scale", 12.0f}, {"attention.scale", 0.0078125f},
+                                                      {"residual_scale", 0.22f}, {"logit_scale", 8.0f}})),
                          [](const auto& info) {
                            const std::string name = info.param.label.empty() ? info.param.architecture : info.param.label;
                            return name + "_" + TensorTypeName(info.param.type);

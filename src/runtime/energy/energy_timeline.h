@@ -4,7 +4,8 @@
 // repeats its value in between: those repeats carry no information and are skipped).
 // Attribution splits each device's energy among the stage windows using it, by their share
 // of device time, and the energy of devices held but idle during a window among the windows
-// active then.
+// active then. Past the counter's last movement, energy is extended at the last update
+// period's power for at most one more period.
 #ifndef HETERO_RUNTIME_ENERGY_ENERGY_TIMELINE_H_
 #define HETERO_RUNTIME_ENERGY_ENERGY_TIMELINE_H_
 
