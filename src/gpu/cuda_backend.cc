@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -151,7 +152,6 @@ absl::Status CudaBackend::Init() {
   if (!def.rope_freqs.empty()) {
     HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, def.rope_freqs));
   }
-  const LayerDefinition& first = def.layers.front();
   // One RoPE table per distinct (base, linear factor) among the layers, back to back.
   std::vector<std::pair<float, float>> rope_keys;
   std::vector<double> rope_inv_freq;
@@ -188,6 +188,7 @@ absl::Status CudaBackend::Init() {
     return LoadFloatTensor(file, name);
   };
   std::vector<HostLayer> host(c.n_layers);
+  std::set<std::string> native, as_f16;  // the layers' matrix formats, by how decode reads them
   std::vector<hetero_cuda_layer> layers(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerDefinition& ld = def.layers[i];
@@ -208,6 +209,7 @@ absl::Status CudaBackend::Init() {
       const GgufTensorInfo view = SliceTensor(file, *slice);
       HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(&view, slice->tensor));
       dst->view.f16 = dst->f16.data();
+      (dst->view.format == HETERO_CUDA_WEIGHTS_F16 ? as_f16 : native).insert(TensorTypeName(view.type));
     }
     hetero_cuda_layer& l = layers[i];
     l.attn_norm = h.attn_norm.data();
@@ -268,8 +270,14 @@ absl::Status CudaBackend::Init() {
   const CudaDeviceInfo& dev = CudaProbe().devices[options_.device];
   info_.kind = DeviceKind::kGpu;
   info_.name = absl::StrCat("cuda:", options_.device, " (", dev.name, ")");
-  info_.weight_format = absl::StrCat("native ", TensorTypeName(file.FindTensor(first.q.tensor)->type),
-                                     " GEMV for decode, float16 cuBLAS for prompts");
+  // Decode reads the GGUF blocks of the formats with a GEMV kernel, the float16 copy of the rest.
+  std::string decode;
+  if (!native.empty()) decode = absl::StrCat("native ", absl::StrJoin(native, "/"), " GEMV");
+  if (!as_f16.empty()) {
+    absl::StrAppend(&decode, decode.empty() ? "" : " and ", "float16 GEMV for ", absl::StrJoin(as_f16, "/"),
+                    " (no native kernel)");
+  }
+  info_.weight_format = absl::StrCat(decode, " for decode, float16 cuBLAS for prompts");
   info_.threads = 1;
   info_.weight_bytes = api.device_bytes(device_model_);
   info_.max_sequences = max_sequences_;
