@@ -22,7 +22,9 @@ log() { echo "device-check: $* ($(( $(date +%s) - start )) s)" | tee -a "$out/ru
 model=${HETERO_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1   # tiny-model GPU tests and bandwidth only: no default model needed
+# --quick: what needs no default model: tiny-model GPU tests, Gemma 3 where its pieces were
+# carried (its GPU test and bench), bandwidth.
+[ "${1:-}" = "--quick" ] && quick=1
 agentic_only=0
 [ "${1:-}" = "--agentic" ] && agentic_only=1   # the agentic benchmark (step 6) alone, with the summary
 # Pieces carried by earlier calls are gathered in one place that outlives a call.
@@ -50,8 +52,8 @@ if [ -d "$stage/bundle" ]; then
   }
   if [ "$quick" = 0 ]; then
     assemble "$stage/model" "$stage/bundle/model.sha256" "$model" || exit 1
-    assemble "$stage/gemma3" "$stage/bundle/gemma3.sha256" models/gemma-3-270m-q4_k_m.gguf
   fi
+  assemble "$stage/gemma3" "$stage/bundle/gemma3.sha256" models/gemma-3-270m-q4_k_m.gguf
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
   export HETERO_CUDA_MODULE="$lib/libhetero-cuda.so"
@@ -65,8 +67,14 @@ else
 fi
 if [ "$quick" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$out/run.log" 2>&1
-  "$bin/cuda_backend_test" --gtest_filter='*Tiny*:*Unavailable*' >"$out/gpu-tests-quick.log" 2>&1
+  timeout 300 "$bin/cuda_backend_test" --gtest_filter='*Tiny*:*Unavailable*:*Gemma3*:*RefusesExperts*' \
+    >"$out/gpu-tests-quick.log" 2>&1
   log "quick GPU tests exit $?"
+  if [ -f models/gemma-3-270m-q4_k_m.gguf ]; then
+    timeout 180 "$bin/hetero-bench" -m models/gemma-3-270m-q4_k_m.gguf --device gpu -p 512 -n 128 -r 3 --batch 1,8 \
+      >>"$out/run.log" 2>&1
+    log "Gemma 3 GPU bench exit $?"
+  fi
   timeout 60 "$bin/hetero-bench" --transfer >>"$out/run.log" 2>&1
   log "transfer exit $?"
   exit 0

@@ -122,6 +122,9 @@ struct TinyCase {
   TinyCase& Keys(std::map<std::string, float> keys) { float_keys = std::move(keys); return *this; }
   TinyCase& Layers(int n) { n_layers = n; return *this; }
   TinyCase& Label(std::string l) { label = std::move(l); return *this; }
+  // 256 wide (8 heads of 32) with a 512-wide FFN: whole 256-element K-quant super-blocks.
+  TinyCase& Wide() { wide = true; return *this; }
+  TinyCase& Types(std::map<std::string, TensorType> types) { tensor_types = std::move(types); return *this; }
 
   std::string architecture;
   TensorType type;
@@ -130,6 +133,8 @@ struct TinyCase {
   std::map<std::string, float> float_keys;
   int n_layers = 2;
   std::string label;  // the test's name suffix; the architecture's name when empty
+  bool wide = false;
+  std::map<std::string, TensorType> tensor_types;
 };
 
 class CudaTinyModelTest : public ::testing::TestWithParam<TinyCase> {};
@@ -144,6 +149,12 @@ TEST_P(CudaTinyModelTest, MatchesTheCpuF32Path) {
   o.n_kv_heads = 2;
   o.n_ff = 160;
   o.n_layers = GetParam().n_layers;
+  if (GetParam().wide) {
+    o.n_embd = 256;
+    o.n_heads = 8;
+    o.n_ff = 512;
+  }
+  o.tensor_types = GetParam().tensor_types;
   o.sliding_window = GetParam().sliding_window;
   o.rope_freq_factors = GetParam().rope_freq_factors;
   o.float_keys = GetParam().float_keys;
@@ -174,6 +185,17 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                                            // Llama 3 frequency factors, a Mistral-style window
                                            TinyCase("llama", TensorType::kF16).Window(12).FreqFactors().Label("llama3_window"),
                                            // embedding, attention, residual and logit multipliers
+                                           // the GPU's native block formats beyond Q4_0/Q4_1/Q8_0, and a
+                                           // Q4_K_M-style mix (v and down in Q6_K)
+                                           TinyCase("llama", TensorType::kQ4_K).Wide(),
+                                           TinyCase("llama", TensorType::kQ5_K).Wide(),
+                                           TinyCase("llama", TensorType::kQ6_K).Wide(),
+                                           TinyCase("qwen2", TensorType::kQ5_0), TinyCase("llama", TensorType::kQ5_1),
+                                           TinyCase("llama", TensorType::kQ4_K)
+                                               .Wide()
+                                               .Types({{"attn_v.weight", TensorType::kQ6_K},
+                                                       {"ffn_down.weight", TensorType::kQ6_K}})
+                                               .Label("llama_mixed"),
                                            TinyCase("granite", TensorType::kQ4_1)
                                                .Keys({{"embedding_scale", 12.0f}, {"attention.scale", 0.0078125f},
                                                       {"residual_scale", 0.22f}, {"logit_scale", 8.0f}})),

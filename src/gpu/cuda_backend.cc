@@ -70,6 +70,21 @@ absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::stri
     case TensorType::kQ8_0:
       m.view.format = HETERO_CUDA_WEIGHTS_Q8_0;
       break;
+    case TensorType::kQ5_0:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q5_0;
+      break;
+    case TensorType::kQ5_1:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q5_1;
+      break;
+    case TensorType::kQ4_K:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q4_K;
+      break;
+    case TensorType::kQ5_K:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q5_K;
+      break;
+    case TensorType::kQ6_K:
+      m.view.format = HETERO_CUDA_WEIGHTS_Q6_K;
+      break;
     default:
       m.view.format = HETERO_CUDA_WEIGHTS_F16;
   }

@@ -41,7 +41,8 @@ struct RowMap {
 
 // One matrix of a GEMV launch: y[m * n + j] (+)= sum_i W[j, i] x'[m, i].
 struct GemvSegment {
-  const void* weights;  // GGUF blocks (format 2 Q4_0, 3 Q4_1, 8 Q8_0) or float16 rows (format 1)
+  const void* weights;  // GGUF blocks (format 2 Q4_0, 3 Q4_1, 6 Q5_0, 7 Q5_1, 8 Q8_0, 12 Q4_K,
+                        // 13 Q5_K, 14 Q6_K) or float16 rows (format 1)
   float* out;           // row m at out + m * ld
   int n;
   int ld;

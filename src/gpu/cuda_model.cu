@@ -159,16 +159,29 @@ struct Matrix {
     if (m.rows <= 0 || m.cols <= 0 || m.cols % 32 != 0 || m.f16 == nullptr) {
       return Invalid(std::string("matrix ") + name + ": bad shape or no float16 copy");
     }
-    if (m.format != HETERO_CUDA_WEIGHTS_F16 && m.format != HETERO_CUDA_WEIGHTS_Q4_0 &&
-        m.format != HETERO_CUDA_WEIGHTS_Q4_1 && m.format != HETERO_CUDA_WEIGHTS_Q8_0) {
-      return Invalid(std::string("matrix ") + name + ": unknown weight format " + std::to_string(m.format));
+    // Elements and bytes per block of each format the GEMV reads.
+    int block_elements = 32, block_bytes = 0;
+    switch (m.format) {
+      case HETERO_CUDA_WEIGHTS_F16: break;
+      case HETERO_CUDA_WEIGHTS_Q4_0: block_bytes = 18; break;
+      case HETERO_CUDA_WEIGHTS_Q4_1: block_bytes = 20; break;
+      case HETERO_CUDA_WEIGHTS_Q5_0: block_bytes = 22; break;
+      case HETERO_CUDA_WEIGHTS_Q5_1: block_bytes = 24; break;
+      case HETERO_CUDA_WEIGHTS_Q8_0: block_bytes = 34; break;
+      case HETERO_CUDA_WEIGHTS_Q4_K: block_elements = 256; block_bytes = 144; break;
+      case HETERO_CUDA_WEIGHTS_Q5_K: block_elements = 256; block_bytes = 176; break;
+      case HETERO_CUDA_WEIGHTS_Q6_K: block_elements = 256; block_bytes = 210; break;
+      default:
+        return Invalid(std::string("matrix ") + name + ": unknown weight format " + std::to_string(m.format));
+    }
+    if (m.cols % block_elements != 0) {
+      return Invalid(std::string("matrix ") + name + ": columns not a whole number of its format's blocks");
     }
     format = m.format;
     rows = m.rows;
     cols = m.cols;
     if (format != HETERO_CUDA_WEIGHTS_F16) {
-      const size_t block_bytes = format == HETERO_CUDA_WEIGHTS_Q8_0 ? 34 : (format == HETERO_CUDA_WEIGHTS_Q4_1 ? 20 : 18);
-      const size_t expected = static_cast<size_t>(rows) * (cols / 32) * block_bytes;
+      const size_t expected = static_cast<size_t>(rows) * (cols / block_elements) * block_bytes;
       if (m.blocks == nullptr || m.blocks_bytes != expected) {
         return Invalid(std::string("matrix ") + name + ": block data size does not match its shape");
       }

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 3
+#define HETERO_CUDA_MODULE_ABI_VERSION 4
 
 /* Outcome of a probe. */
 enum {
@@ -45,7 +45,7 @@ typedef void (*hetero_cuda_module_probe_fn)(hetero_cuda_probe_result* result,
 #define HETERO_CUDA_MODULE_ABI_VERSION_SYMBOL "hetero_cuda_module_abi_version"
 #define HETERO_CUDA_MODULE_PROBE_SYMBOL "hetero_cuda_module_probe"
 
-/* ---- The model runtime (ABI 3: the steps of the shared model definition,
+/* ---- The model runtime (ABI 3, and 4 with the K formats: the steps of the shared model definition,
  * src/runtime/models/model_definition.h, each present or absent per layer). libhetero prepares every tensor on the host (it owns the
  * GGUF reader and the dequantizers) and the module uploads them once. Sequences and their
  * KV block tables live in libhetero; the module owns the device KV pool, whose blocks have
@@ -66,13 +66,18 @@ enum {
   HETERO_CUDA_WEIGHTS_F16 = 1, /* only the float16 copy */
   HETERO_CUDA_WEIGHTS_Q4_0 = 2,
   HETERO_CUDA_WEIGHTS_Q4_1 = 3,
-  HETERO_CUDA_WEIGHTS_Q8_0 = 8
+  HETERO_CUDA_WEIGHTS_Q5_0 = 6,
+  HETERO_CUDA_WEIGHTS_Q5_1 = 7,
+  HETERO_CUDA_WEIGHTS_Q8_0 = 8,
+  HETERO_CUDA_WEIGHTS_Q4_K = 12, /* 256-element super-blocks: cols a multiple of 256 */
+  HETERO_CUDA_WEIGHTS_Q5_K = 13,
+  HETERO_CUDA_WEIGHTS_Q6_K = 14
 };
 
 typedef struct hetero_cuda_matrix {
   int32_t format;        /* HETERO_CUDA_WEIGHTS_* */
   int32_t rows;          /* outputs */
-  int32_t cols;          /* inputs, a multiple of 32 */
+  int32_t cols;          /* inputs, a multiple of 32 (of 256 for the K formats) */
   const void* blocks;    /* quantized blocks, rows * row_bytes (NULL for F16) */
   uint64_t blocks_bytes;
   const uint16_t* f16;   /* rows x cols float16, row-major */
