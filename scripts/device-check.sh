@@ -125,9 +125,12 @@ else
 fi
 fi  # agentic_only
 # The agentic suite under each policy; NVML answers here, so the GPU's joules are measured.
-timeout 300 "$bin/hetero-bench" -m "$model" --agentic tests/data/tool_suite.jsonl --policy all --limit 20 --json \
-  >"$out/agentic.json" 2>"$out/agentic.log"
-log "agentic exit $?"
+# (HETERO_SKIP_AGENTIC=1 leaves it out: for a run that benchmarks another file.)
+if [ "${HETERO_SKIP_AGENTIC:-0}" != 1 ]; then
+  timeout 300 "$bin/hetero-bench" -m "$model" --agentic tests/data/tool_suite.jsonl --policy all --limit 20 --json \
+    >"$out/agentic.json" 2>"$out/agentic.log"
+  log "agentic exit $?"
+fi
 
 python3 - "$out" <<'PY' >"$out/summary.md"
 import json, os, sys
