@@ -52,7 +52,7 @@ if [ -x "$peer_build/bin/llama-bench" ] && [ -x "$peer_build/bin/llama-batched-b
   for p in llama-bench llama-batched-bench; do strip -o ".device/peer/bin/$p" "$peer_build/bin/$p"; done
   # Its own libraries only (CUDA's and the C++ runtime are the image's).
   ldd "$peer_build/bin/llama-bench" "$peer_build/bin/llama-batched-bench" | awk '/=> \//{print $3}' | sort -u |
-    grep -F "$peer_build/" | while read -r lib; do strip -o ".device/peer/lib/$(basename "$lib")" "$lib"; done
+    { grep -F "$peer_build/" || true; } | while read -r lib; do strip -o ".device/peer/lib/$(basename "$lib")" "$lib"; done
   find .device/peer/lib -size +4M -exec xz -T2 -6 {} \;
 else
   echo "no llama.cpp CUDA build at $peer_build: the device check will skip the peer" >&2

@@ -67,7 +67,7 @@ else
 fi
 if [ "$quick" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$out/run.log" 2>&1
-  timeout 300 "$bin/cuda_backend_test" --gtest_filter='*Tiny*:*Unavailable*:*Gemma3*:*RefusesExperts*' \
+  timeout 300 "$bin/cuda_backend_test" --gtest_filter='*Tiny*:*Unavailable*:*Gemma3*' \
     >"$out/gpu-tests-quick.log" 2>&1
   log "quick GPU tests exit $?"
   if [ -f models/gemma-3-270m-q4_k_m.gguf ]; then
@@ -111,11 +111,11 @@ if [ -d "$peer/lib" ]; then
   chmod +x "$peer"/bin/* 2>/dev/null
   # Same settings as hetero-bench: 512-token prompt, 128 decode steps, 3 repetitions; the
   # batched rows prefill 8 tokens per sequence and decode 128 steps, as hetero-bench's do.
-  LD_LIBRARY_PATH="$peer/lib:$LD_LIBRARY_PATH" timeout 240 "$peer/bin/llama-bench" -m "$model" -ngl 99 \
+  LD_LIBRARY_PATH="$peer/lib:${LD_LIBRARY_PATH:-}" timeout 240 "$peer/bin/llama-bench" -m "$model" -ngl 99 \
     -p 512 -n 128 -r 3 -fa 0,1 -o json >"$out/peer-bench.json" 2>"$out/peer-bench.log"
   log "peer llama-bench exit $?"
   for fa in 0 1; do
-    LD_LIBRARY_PATH="$peer/lib:$LD_LIBRARY_PATH" timeout 180 "$peer/bin/llama-batched-bench" -m "$model" -ngl 99 \
+    LD_LIBRARY_PATH="$peer/lib:${LD_LIBRARY_PATH:-}" timeout 180 "$peer/bin/llama-batched-bench" -m "$model" -ngl 99 \
       -c 8192 -b 2048 -ub 512 -npp 8 -ntg 128 -npl 1,8,32 $([ $fa = 1 ] && echo -fa) --output-format jsonl \
       >"$out/peer-batched-fa$fa.log" 2>&1  # its JSON lines go to the log stream
     log "peer llama-batched-bench (flash attention $fa) exit $?"

@@ -125,6 +125,15 @@ struct TinyCase {
   // 256 wide (8 heads of 32) with a 512-wide FFN: whole 256-element K-quant super-blocks.
   TinyCase& Wide() { wide = true; return *this; }
   TinyCase& Types(std::map<std::string, TensorType> types) { tensor_types = std::move(types); return *this; }
+  // Experts in place of the dense FFN: `used` of `count` per token, each n_ff_expert wide,
+  // and a shared expert where n_ff_shared > 0.
+  TinyCase& Experts(int count, int used, int n_ff_expert, int n_ff_shared = 0) {
+    n_experts = count;
+    n_experts_used = used;
+    expert_ff = n_ff_expert;
+    shared_ff = n_ff_shared;
+    return *this;
+  }
 
   std::string architecture;
   TensorType type;
@@ -135,6 +144,7 @@ struct TinyCase {
   std::string label;  // the test's name suffix; the architecture's name when empty
   bool wide = false;
   std::map<std::string, TensorType> tensor_types;
+  int n_experts = 0, n_experts_used = 0, expert_ff = 0, shared_ff = 0;
 };
 
 class CudaTinyModelTest : public ::testing::TestWithParam<TinyCase> {};
@@ -155,6 +165,10 @@ TEST_P(CudaTinyModelTest, MatchesTheCpuF32Path) {
     o.n_ff = 512;
   }
   o.tensor_types = GetParam().tensor_types;
+  o.n_experts = GetParam().n_experts;
+  o.n_experts_used = GetParam().n_experts_used;
+  o.n_ff_expert = GetParam().expert_ff;
+  o.n_ff_shared = GetParam().shared_ff;
   o.sliding_window = GetParam().sliding_window;
   o.rope_freq_factors = GetParam().rope_freq_factors;
   o.float_keys = GetParam().float_keys;
@@ -196,6 +210,18 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                                                .Types({{"attn_v.weight", TensorType::kQ6_K},
                                                        {"ffn_down.weight", TensorType::kQ6_K}})
                                                .Label("llama_mixed"),
+                                           // mixtures of experts: Mixtral-style llama, granitemoe (its
+                                           // multipliers), olmoe (whole-vector q/k norms, weights as
+                                           // routed), qwen2moe (shared expert, biases), qwen3moe; in
+                                           // float16, Q8_0 and K blocks
+                                           TinyCase("llama", TensorType::kF16).Experts(4, 2, 64).Label("mixtral"),
+                                           TinyCase("granitemoe", TensorType::kQ8_0)
+                                               .Experts(6, 2, 64)
+                                               .Keys({{"embedding_scale", 12.0f}, {"attention.scale", 0.015625f},
+                                                      {"residual_scale", 0.22f}, {"logit_scale", 6.0f}}),
+                                           TinyCase("olmoe", TensorType::kQ4_1).Experts(8, 3, 32),
+                                           TinyCase("qwen2moe", TensorType::kQ8_0).Experts(4, 2, 64, 96),
+                                           TinyCase("qwen3moe", TensorType::kQ4_K).Wide().Experts(8, 2, 256),
                                            TinyCase("granite", TensorType::kQ4_1)
                                                .Keys({{"embedding_scale", 12.0f}, {"attention.scale", 0.0078125f},
                                                       {"residual_scale", 0.22f}, {"logit_scale", 8.0f}})),
@@ -203,24 +229,6 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                            const std::string name = info.param.label.empty() ? info.param.architecture : info.param.label;
                            return name + "_" + TensorTypeName(info.param.type);
                          });
-
-// A mixture-of-experts model is refused by the GPU, with the step named, and runs elsewhere.
-TEST(CudaBackendTest, RefusesExpertsByName) {
-  HETERO_SKIP_WITHOUT_GPU();
-  testing::TinyModelOptions o;
-  o.architecture = "olmoe";
-  o.n_embd = 128;
-  o.n_heads = 4;
-  o.n_kv_heads = 4;
-  o.n_experts = 4;
-  o.n_experts_used = 2;
-  auto model = Model::Load(testing::WriteTinyModel(o, "cuda_tiny_olmoe.gguf"));
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto b = CudaBackend::Create(**model, CudaBackendOptions{});
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(b.status().message()), ::testing::HasSubstr("mixture-of-experts"));
-}
 
 // Gemma 3 270M (Q4_K_M; `bash scripts/setup.sh --model gemma3`, or HETERO_GEMMA3_MODEL) on
 // the GPU against the CPU f32 path, on the prompts of its float64 reference

@@ -104,7 +104,7 @@ absl::Status CheckModuleRuns(const ModelConfig& c, const ModelDefinition& d) {
     if (!ok && std::find(missing.begin(), missing.end(), step) == missing.end()) missing.push_back(step);
   };
   for (const LayerDefinition& l : d.layers) {
-    need(!l.experts.present(), "mixture-of-experts feed-forward");
+    need(!l.experts.present() || l.experts.used <= 16, "more than 16 experts per token");
     // The module adds biases and norms q and k in one kernel, in that order, as the CPU does;
     // no architecture has both yet, so the pair is not tested and not taken.
     need((l.q_norm.empty() && l.k_norm.empty()) || (l.q_bias.empty() && l.k_bias.empty()), "q/k biases with q/k norms");
@@ -196,14 +196,19 @@ absl::Status CudaBackend::Init() {
   }
   struct HostLayer {
     std::vector<float> attn_norm, ffn_norm, q_bias, k_bias, v_bias, q_norm, k_norm, post_attn_norm, post_ffn_norm;
-    PreparedMatrix q, k, v, o, gate, up, down;
+    std::vector<float> router, shared_gate_input;
+    PreparedMatrix q, k, v, o, gate, up, down, expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down;
   };
   const auto optional_vector = [&](const std::string& name) -> absl::StatusOr<std::vector<float>> {
     if (name.empty()) return std::vector<float>{};
     return LoadFloatTensor(file, name);
   };
   std::vector<HostLayer> host(c.n_layers);
-  std::set<std::string> native, as_f16;  // the layers' matrix formats, by how decode reads them
+  std::set<std::string> native, as_f16;  // the matrix formats, by how decode reads them
+  const auto note_format = [&](const PreparedMatrix& m, TensorType type) {
+    (m.view.format == HETERO_CUDA_WEIGHTS_F16 && type != TensorType::kF16 ? as_f16 : native).insert(TensorTypeName(type));
+  };
+  note_format(output, file.FindTensor(def.output)->type);
   std::vector<hetero_cuda_layer> layers(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerDefinition& ld = def.layers[i];
@@ -217,16 +222,57 @@ absl::Status CudaBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(h.k_norm, optional_vector(ld.k_norm));
     HETERO_ASSIGN_OR_RETURN(h.post_attn_norm, optional_vector(ld.post_attn_norm));
     HETERO_ASSIGN_OR_RETURN(h.post_ffn_norm, optional_vector(ld.post_ffn_norm));
-    const std::pair<PreparedMatrix*, const TensorSlice*> matrices[] = {
-        {&h.q, &ld.q}, {&h.k, &ld.k}, {&h.v, &ld.v}, {&h.o, &ld.o}, {&h.gate, &ld.gate}, {&h.up, &ld.up},
-        {&h.down, &ld.down}};
+    const bool moe = ld.experts.present();
+    std::vector<std::pair<PreparedMatrix*, const TensorSlice*>> matrices = {
+        {&h.q, &ld.q}, {&h.k, &ld.k}, {&h.v, &ld.v}, {&h.o, &ld.o}};
+    if (!moe) matrices.insert(matrices.end(), {{&h.gate, &ld.gate}, {&h.up, &ld.up}, {&h.down, &ld.down}});
     for (const auto& [dst, slice] : matrices) {
       const GgufTensorInfo view = SliceTensor(file, *slice);
       HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(&view, slice->tensor));
       dst->view.f16 = dst->f16.data();
-      (dst->view.format == HETERO_CUDA_WEIGHTS_F16 ? as_f16 : native).insert(TensorTypeName(view.type));
+      note_format(*dst, view.type);
     }
     hetero_cuda_layer& l = layers[i];
+    if (moe) {
+      const ExpertsDefinition& e = ld.experts;
+      HETERO_ASSIGN_OR_RETURN(h.router, LoadFloatTensor(file, e.router));
+      // Each kind of expert matrix whole: its 3-D tensor read as count * rows rows.
+      const auto stacked = [&](const std::string& name, PreparedMatrix& dst) -> absl::Status {
+        GgufTensorInfo view = *file.FindTensor(name);
+        view.dims = {view.dims[0], view.dims[1] * view.dims[2]};
+        HETERO_ASSIGN_OR_RETURN(dst, PrepareMatrix(&view, name));
+        // The module reads block formats in place; their float16 copy stays here.
+        dst.view.f16 = dst.view.format == HETERO_CUDA_WEIGHTS_F16 ? dst.f16.data() : nullptr;
+        note_format(dst, view.type);
+        return absl::OkStatus();
+      };
+      HETERO_RETURN_IF_ERROR(stacked(e.gate, h.expert_gate));
+      HETERO_RETURN_IF_ERROR(stacked(e.up, h.expert_up));
+      HETERO_RETURN_IF_ERROR(stacked(e.down, h.expert_down));
+      l.n_experts = e.count;
+      l.n_experts_used = e.used;
+      l.expert_n_ff = e.n_ff;
+      l.normalize_expert_weights = e.normalize_weights ? 1 : 0;
+      l.router = h.router.data();
+      l.expert_gate = h.expert_gate.view;
+      l.expert_up = h.expert_up.view;
+      l.expert_down = h.expert_down.view;
+      if (e.has_shared()) {
+        HETERO_ASSIGN_OR_RETURN(h.shared_gate_input, LoadFloatTensor(file, e.shared_gate_input));
+        const std::pair<PreparedMatrix*, const std::string*> shared[] = {
+            {&h.shared_gate, &e.shared_gate}, {&h.shared_up, &e.shared_up}, {&h.shared_down, &e.shared_down}};
+        for (const auto& [dst, name] : shared) {
+          HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(file.FindTensor(*name), *name));
+          dst->view.f16 = dst->f16.data();
+          note_format(*dst, file.FindTensor(*name)->type);
+        }
+        l.shared_gate_input = h.shared_gate_input.data();
+        l.shared_n_ff = e.shared_n_ff;
+        l.shared_gate = h.shared_gate.view;
+        l.shared_up = h.shared_up.view;
+        l.shared_down = h.shared_down.view;
+      }
+    }
     l.attn_norm = h.attn_norm.data();
     l.ffn_norm = h.ffn_norm.data();
     l.q_bias = h.q_bias.empty() ? nullptr : h.q_bias.data();

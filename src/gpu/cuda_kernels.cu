@@ -2,138 +2,10 @@
 
 #include <cmath>
 
+#include "src/gpu/cuda_blocks.cuh"
+
 namespace hetero::gpu {
 namespace {
-
-constexpr unsigned kFullMask = 0xffffffffu;
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ float LoadHalf(const uint8_t* p) {
-  return __half2float(*reinterpret_cast<const __half*>(p));
-}
-
-// Sixteen weights of one block: half 0 is elements 0..15, half 1 elements 16..31 (the
-// high nibbles of Q4's 16 bytes, the second 16 bytes of Q8_0). Block starts are 2-byte
-// aligned (18, 20 and 34 byte blocks), so quants are read as 16-bit words.
-template <int kFormat>
-__device__ __forceinline__ void LoadHalfBlock(const uint8_t* blk, int half, float* w) {
-  if constexpr (kFormat == 8) {  // Q8_0: d, 32 int8
-    const float d = LoadHalf(blk);
-    const uint16_t* q = reinterpret_cast<const uint16_t*>(blk + 2) + 8 * half;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint16_t pair = q[i];
-      w[2 * i] = d * static_cast<float>(static_cast<int8_t>(pair & 0xFF));
-      w[2 * i + 1] = d * static_cast<float>(static_cast<int8_t>(pair >> 8));
-    }
-  } else {
-    const float d = LoadHalf(blk);
-    const float offset = kFormat == 3 ? LoadHalf(blk + 2) : -8.0f * d;  // Q4_1 minimum, Q4_0's -8 d
-    const uint16_t* q = reinterpret_cast<const uint16_t*>(blk + (kFormat == 3 ? 4 : 2));
-    const int shift = 4 * half;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint16_t pair = q[i];
-      w[2 * i] = d * static_cast<float>((pair >> shift) & 0xF) + offset;
-      w[2 * i + 1] = d * static_cast<float>((pair >> (8 + shift)) & 0xF) + offset;
-    }
-  }
-}
-
-// The 6-bit scale and min of group j (0..7) of a Q4_K/Q5_K super-block's packed 12 bytes.
-__device__ __forceinline__ void UnpackScaleMin(const uint8_t* packed, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = packed[j] & 63;
-    *min = packed[j + 4] & 63;
-  } else {
-    *scale = (packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4);
-    *min = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-  }
-}
-
-// Sixteen weights of a 32-element Q5_0 (format 6) or Q5_1 (7) block: half 0 is elements
-// 0..15 (low nibbles), half 1 elements 16..31 (high nibbles); the fifth bits in qh.
-template <int kFormat>
-__device__ __forceinline__ void LoadQ5HalfBlock(const uint8_t* blk, int half, float* w) {
-  const float d = LoadHalf(blk);
-  const float m = kFormat == 7 ? LoadHalf(blk + 2) : 0.0f;
-  const uint8_t* qhp = blk + (kFormat == 7 ? 4 : 2);
-  const uint32_t qh = qhp[0] | (qhp[1] << 8) | (qhp[2] << 16) | (static_cast<uint32_t>(qhp[3]) << 24);
-  const uint8_t* qs = qhp + 4;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const int x = half == 0 ? ((qs[j] & 0x0F) | (((qh >> j) << 4) & 0x10)) : ((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10));
-    w[j] = kFormat == 7 ? static_cast<float>(x) * d + m : static_cast<float>(x - 16) * d;
-  }
-}
-
-// Sixteen weights, elements e0..e0+15 (e0 a multiple of 16), of a 256-element K super-block:
-// Q4_K (12) { d, dmin, scales[12], qs[128] }, Q5_K (13) { d, dmin, scales[12], qh[32],
-// qs[128] }, Q6_K (14) { ql[128], qh[64], i8 scales[16], d }. Sixteen aligned elements
-// share one scale (and min), so each weight is one multiply-add, as the CPU dequantizes it.
-template <int kFormat>
-__device__ __forceinline__ void LoadKUnit(const uint8_t* sb, int e0, float* w) {
-  if constexpr (kFormat == 14) {
-    const int h = e0 / 128, r = e0 % 128, quarter = r / 32, l0 = r % 32;
-    const uint8_t* ql = sb + h * 64 + ((quarter & 1) ? 32 : 0) + l0;
-    const uint8_t* qh = sb + 128 + h * 32 + l0;
-    const int8_t scale = reinterpret_cast<const int8_t*>(sb + 192)[h * 8 + l0 / 16 + 2 * quarter];
-    const float ds = LoadHalf(sb + 208) * static_cast<float>(scale);
-    const int shift = 2 * quarter;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int low = quarter < 2 ? (ql[i] & 0x0F) : (ql[i] >> 4);
-      const int q = (low | (((qh[i] >> shift) & 3) << 4)) - 32;
-      w[i] = ds * static_cast<float>(q);
-    }
-  } else {
-    const int c = e0 / 64, r = e0 % 64, group = 2 * c + (r >= 32 ? 1 : 0), l0 = r % 32;
-    int scale, min;
-    UnpackScaleMin(sb + 4, group, &scale, &min);
-    const float d1 = LoadHalf(sb) * static_cast<float>(scale);
-    const float m1 = LoadHalf(sb + 2) * static_cast<float>(min);
-    const uint8_t* qs = sb + (kFormat == 13 ? 48 : 16) + 32 * c + l0;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      int q = r >= 32 ? (qs[i] >> 4) : (qs[i] & 0x0F);
-      if constexpr (kFormat == 13) q += (sb[16 + l0 + i] >> group) & 1 ? 16 : 0;
-      w[i] = d1 * static_cast<float>(q) - m1;
-    }
-  }
-}
-
-template <int kFormat>
-__device__ __forceinline__ void LoadUnit(const void* weights, int row, int k, int unit, float* w) {
-  if constexpr (kFormat == 12 || kFormat == 13 || kFormat == 14) {
-    constexpr int kBytes = kFormat == 12 ? 144 : (kFormat == 13 ? 176 : 210);
-    const uint8_t* sb = static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 256) + unit / 16) * kBytes;
-    LoadKUnit<kFormat>(sb, (unit % 16) * 16, w);
-  } else if constexpr (kFormat == 6 || kFormat == 7) {
-    constexpr int kBytes = kFormat == 6 ? 22 : 24;
-    const uint8_t* blk = static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 32) + (unit >> 1)) * kBytes;
-    LoadQ5HalfBlock<kFormat>(blk, unit & 1, w);
-  } else if constexpr (kFormat == 1) {
-    const __half* src = static_cast<const __half*>(weights) + static_cast<size_t>(row) * k + 16 * unit;
-    const uint4 a = reinterpret_cast<const uint4*>(src)[0];
-    const uint4 b = reinterpret_cast<const uint4*>(src)[1];
-    const __half* ha = reinterpret_cast<const __half*>(&a);
-    const __half* hb = reinterpret_cast<const __half*>(&b);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      w[i] = __half2float(ha[i]);
-      w[8 + i] = __half2float(hb[i]);
-    }
-  } else {
-    constexpr int kBlockBytes = kFormat == 8 ? 34 : (kFormat == 3 ? 20 : 18);
-    const uint8_t* blk =
-        static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 32) + (unit >> 1)) * kBlockBytes;
-    LoadHalfBlock<kFormat>(blk, unit & 1, w);
-  }
-}
 
 // Sixteen-weight dot products of one unit against every activation row.
 template <int kRows>
@@ -155,14 +27,6 @@ __device__ __forceinline__ void DotUnit(const float* w, const float* __restrict_
 }
 
 constexpr int kGemvWarps = 8;
-
-// SiLU, or GELU in its tanh form written as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)), as
-// the CPU backend computes it (0.5 g (1 + tanh) cancels to 0 for very negative g).
-__device__ __forceinline__ float GateActivation(float g, bool gelu) {
-  if (!gelu) return g / (1.0f + expf(-g));
-  const float z = 1.5957691216057308f * (g + 0.044715f * g * g * g);
-  return g / (1.0f + expf(-z));
-}
 
 // One warp per output (per pair of outputs in SwiGLU mode); lanes take half-blocks of 16
 // weights in turn, so each weight is read once per launch whatever the batch and meets

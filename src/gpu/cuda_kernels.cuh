@@ -105,6 +105,36 @@ void LaunchRopeAndStore(float* qkv, int qkv_stride, const QkvSteps& steps, int r
 void LaunchAttention(const float* q, int q_stride, int rows, int n_heads, int n_kv_heads, int head_dim, float scale,
                      int window, const RowMap& map, const KvLayout& kv, int layer, float* out, cudaStream_t stream);
 
+// A mixture-of-experts feed-forward step over `rows` normed inputs h (cuda_experts.cu): the
+// router's float32 logits, each row's `used` most probable experts (softmax, ties to the lower
+// id, ascending by id) with their probabilities (divided by the chosen ones' sum with
+// `normalize`), act(gate_e h) * (up_e h) for each choice, and out[r] = the choices' down_e
+// products weighted by those probabilities, or out[r] += scale times that with `accumulate`.
+// gate/up are [n_experts * n_ff rows x n_embd] stacked expert by expert, down [n_experts *
+// n_embd rows x n_ff], in a GEMV format (1 float16, or GGUF blocks as GemvSegment says).
+inline constexpr int kMaxExpertsUsed = 16;
+struct ExpertStep {
+  const float* h = nullptr;
+  int rows = 0, n_embd = 0, n_experts = 0, used = 0, n_ff = 0;
+  bool normalize = false, gelu = false;
+  const float* router = nullptr;  // n_experts x n_embd
+  int gate_up_format = 0, down_format = 0;
+  const void *gate = nullptr, *up = nullptr, *down = nullptr;
+  // Scratch: rows x n_experts logits, rows x used choices and weights, rows x used x n_ff act.
+  float* logits = nullptr;
+  int32_t* choices = nullptr;
+  float* weights = nullptr;
+  float* act = nullptr;
+  float* out = nullptr;
+  bool accumulate = false;
+  float scale = 1.0f;
+};
+cudaError_t LaunchExperts(const ExpertStep& step, cudaStream_t stream);
+// out[r] += scale * sigmoid(h[r] . gate_input) * shared[r], rows of n_embd (Qwen2-MoE's
+// shared expert joining the routed sum).
+void LaunchAddGatedShared(const float* h, const float* gate_input, const float* shared, int rows, int n_embd, float scale,
+                          float* out, cudaStream_t stream);
+
 // out[r] = the first index of the largest of logits[r * n .. r * n + n).
 void LaunchArgmax(const float* logits, int rows, int n, int32_t* out, cudaStream_t stream);
 

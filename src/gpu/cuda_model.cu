@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -154,9 +155,11 @@ struct Matrix {
   DeviceBuffer own_f16;   // the float16 copy, unless it lives in a layer's fused buffer
   const __half* f16 = nullptr;
 
-  // Uploads `m`, its float16 copy to `f16_dest` when given (room for rows x cols).
-  Failure Upload(const hetero_cuda_matrix& m, const char* name, __half* f16_dest = nullptr) {
-    if (m.rows <= 0 || m.cols <= 0 || m.cols % 32 != 0 || m.f16 == nullptr) {
+  // Uploads `m`, its float16 copy to `f16_dest` when given (room for rows x cols). With
+  // `gemv_only` (expert matrices: no cuBLAS path) a block format's float16 copy is not kept.
+  Failure Upload(const hetero_cuda_matrix& m, const char* name, __half* f16_dest = nullptr, bool gemv_only = false) {
+    if (m.rows <= 0 || m.cols <= 0 || m.cols % 32 != 0 ||
+        (m.f16 == nullptr && (!gemv_only || m.format == HETERO_CUDA_WEIGHTS_F16))) {
       return Invalid(std::string("matrix ") + name + ": bad shape or no float16 copy");
     }
     // Elements and bytes per block of each format the GEMV reads.
@@ -187,6 +190,7 @@ struct Matrix {
       }
       HETERO_FAILURE_TRY(blocks.Upload(m.blocks, expected, "cudaMalloc(weight blocks)"));
     }
+    if (gemv_only && format != HETERO_CUDA_WEIGHTS_F16) return {};
     const size_t bytes = static_cast<size_t>(rows) * cols * sizeof(__half);
     if (f16_dest != nullptr) {
       HETERO_CUDA_TRY(cudaMemcpy(f16_dest, m.f16, bytes, cudaMemcpyHostToDevice));
@@ -207,6 +211,11 @@ struct Layer {
   bool qk_norm_per_head = true;
   int rope_table = 0;
   int sliding_window = 0;
+  // A mixture of experts (n_experts > 0) in place of gate/up/down.
+  int n_experts = 0, experts_used = 0, expert_n_ff = 0, shared_n_ff = 0;
+  bool normalize_expert_weights = false;
+  DeviceBuffer router, shared_gate_input;
+  Matrix expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down;
   // Float16 copies of [q; k; v] and [gate; up], each one matrix for cuBLAS.
   DeviceBuffer qkv_f16, gate_up_f16;
   Matrix q, k, v, o, gate, up, down;
@@ -228,6 +237,9 @@ struct Model {
   // attention output; ffn: SwiGLU output (GEMV path); gate_up: the fused GEMM's output;
   // half_in: float16 input of the next cuBLAS GEMM.
   DeviceBuffer x, h, qkv, att, ffn, gate_up, half_in, logits, greedy;
+  // Mixture-of-experts scratch (only with such layers): the normed input, router logits,
+  // each row's choices and weights, the experts' activations, the shared expert's.
+  DeviceBuffer moe_h, moe_logits, moe_choices, moe_weights, moe_act, shared_act, shared_out;
   // Inputs at fixed device addresses (the captured graphs read them there), in one buffer
   // so that one copy moves them: tokens, positions, seq_of_row, logit_rows (max_rows
   // each), then the block tables.
@@ -252,9 +264,14 @@ struct Model {
       total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes +
                l->q_norm.bytes + l->k_norm.bytes + l->post_attn_norm.bytes + l->post_ffn_norm.bytes +
                l->qkv_f16.bytes + l->gate_up_f16.bytes;
-      for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) total += m->device_bytes();
+      total += l->router.bytes + l->shared_gate_input.bytes;
+      for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down, &l->expert_gate, &l->expert_up,
+                              &l->expert_down, &l->shared_gate, &l->shared_up, &l->shared_down}) {
+        total += m->device_bytes();
+      }
     }
-    for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &greedy, &inputs}) {
+    for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &greedy, &inputs, &moe_h,
+                                  &moe_logits, &moe_choices, &moe_weights, &moe_act, &shared_act, &shared_out}) {
       total += b->bytes;
     }
     return total;
@@ -271,8 +288,9 @@ struct Model {
     if (c.activation != HETERO_CUDA_ACTIVATION_SILU && c.activation != HETERO_CUDA_ACTIVATION_GELU_TANH) {
       return Invalid("unknown FFN activation " + std::to_string(c.activation));
     }
-    if (!(c.embedding_scale > 0) || !(c.attention_scale > 0) || !(c.residual_scale > 0) || !(c.logit_scale > 0) ||
-        !(c.rope_attn_factor > 0)) {
+    const auto positive = [](float v) { return v > 0 && std::isfinite(v); };
+    if (!positive(c.embedding_scale) || !positive(c.attention_scale) || !positive(c.residual_scale) ||
+        !positive(c.logit_scale) || !positive(c.rope_attn_factor)) {
       return Invalid("model description: scales must be positive and finite");
     }
     if (c.head_dim % 32 != 0 || c.head_dim > 32 * kMaxHeadDimPerLane || c.n_heads % c.n_kv_heads != 0 ||
@@ -323,11 +341,13 @@ struct Model {
       l->rope_table = src.rope_table;
       l->sliding_window = src.sliding_window;
       // Shapes first: the fused buffers are filled at fixed offsets.
+      const bool moe = src.n_experts > 0;
       const struct {
         const hetero_cuda_matrix& m;
         int rows, cols;
       } expect[] = {{src.q, qd, c.n_embd},     {src.k, kvd, c.n_embd},  {src.v, kvd, c.n_embd}, {src.o, c.n_embd, qd},
-                    {src.gate, c.n_ff, c.n_embd}, {src.up, c.n_ff, c.n_embd}, {src.down, c.n_embd, c.n_ff}};
+                    {src.gate, moe ? 0 : c.n_ff, moe ? 0 : c.n_embd}, {src.up, moe ? 0 : c.n_ff, moe ? 0 : c.n_embd},
+                    {src.down, moe ? 0 : c.n_embd, moe ? 0 : c.n_ff}};
       for (const auto& e : expect) {
         if (e.m.rows != e.rows || e.m.cols != e.cols) {
           return Invalid("layer " + std::to_string(i) + ": matrix shapes do not match the model description");
@@ -335,17 +355,21 @@ struct Model {
       }
       HETERO_FAILURE_TRY(l->qkv_f16.Allocate(static_cast<size_t>(qd + 2 * kvd) * c.n_embd * sizeof(__half),
                                              "cudaMalloc(float16 weights)"));
-      HETERO_FAILURE_TRY(l->gate_up_f16.Allocate(2 * static_cast<size_t>(c.n_ff) * c.n_embd * sizeof(__half),
-                                                 "cudaMalloc(float16 weights)"));
       __half* qkv = l->qkv_f16.as<__half>();
-      __half* gate_up = l->gate_up_f16.as<__half>();
       HETERO_FAILURE_TRY(l->q.Upload(src.q, "q", qkv));
       HETERO_FAILURE_TRY(l->k.Upload(src.k, "k", qkv + static_cast<size_t>(qd) * c.n_embd));
       HETERO_FAILURE_TRY(l->v.Upload(src.v, "v", qkv + static_cast<size_t>(qd + kvd) * c.n_embd));
       HETERO_FAILURE_TRY(l->o.Upload(src.o, "o"));
-      HETERO_FAILURE_TRY(l->gate.Upload(src.gate, "gate", gate_up));
-      HETERO_FAILURE_TRY(l->up.Upload(src.up, "up", gate_up + static_cast<size_t>(c.n_ff) * c.n_embd));
-      HETERO_FAILURE_TRY(l->down.Upload(src.down, "down"));
+      if (moe) {
+        HETERO_FAILURE_TRY(UploadExperts(src, i, *l));
+      } else {
+        HETERO_FAILURE_TRY(l->gate_up_f16.Allocate(2 * static_cast<size_t>(c.n_ff) * c.n_embd * sizeof(__half),
+                                                   "cudaMalloc(float16 weights)"));
+        __half* gate_up = l->gate_up_f16.as<__half>();
+        HETERO_FAILURE_TRY(l->gate.Upload(src.gate, "gate", gate_up));
+        HETERO_FAILURE_TRY(l->up.Upload(src.up, "up", gate_up + static_cast<size_t>(c.n_ff) * c.n_embd));
+        HETERO_FAILURE_TRY(l->down.Upload(src.down, "down"));
+      }
       layers.push_back(std::move(l));
     }
     // The block layout every backend shares (src/runtime/kv_layout.h), as strides.
@@ -369,6 +393,115 @@ struct Model {
     HETERO_FAILURE_TRY(half_in.Allocate(rows * widest * sizeof(__half), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(greedy.Allocate(rows * sizeof(int32_t), "cudaMalloc(greedy tokens)"));
     HETERO_FAILURE_TRY(logits.Allocate(rows * c.n_vocab * sizeof(float), "cudaMalloc(logits)"));
+    size_t most_experts = 0, most_used = 0, most_expert_ff = 0, most_shared_ff = 0;
+    for (const auto& l : layers) {
+      most_experts = std::max<size_t>(most_experts, l->n_experts);
+      most_used = std::max<size_t>(most_used, l->experts_used);
+      most_expert_ff = std::max<size_t>(most_expert_ff, l->expert_n_ff);
+      most_shared_ff = std::max<size_t>(most_shared_ff, l->shared_n_ff);
+    }
+    if (most_experts > 0) {
+      HETERO_FAILURE_TRY(moe_h.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
+      HETERO_FAILURE_TRY(moe_logits.Allocate(rows * most_experts * sizeof(float), "cudaMalloc(scratch)"));
+      HETERO_FAILURE_TRY(moe_choices.Allocate(rows * most_used * sizeof(int32_t), "cudaMalloc(scratch)"));
+      HETERO_FAILURE_TRY(moe_weights.Allocate(rows * most_used * sizeof(float), "cudaMalloc(scratch)"));
+      HETERO_FAILURE_TRY(moe_act.Allocate(rows * most_used * most_expert_ff * sizeof(float), "cudaMalloc(scratch)"));
+    }
+    if (most_shared_ff > 0) {
+      HETERO_FAILURE_TRY(shared_act.Allocate(rows * most_shared_ff * sizeof(float), "cudaMalloc(scratch)"));
+      HETERO_FAILURE_TRY(shared_out.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
+      // The GEMV's mixed-format fallback stages gate and up side by side here.
+      if (gate_up.bytes < rows * 2 * most_shared_ff * sizeof(float)) {
+        HETERO_FAILURE_TRY(gate_up.Allocate(rows * 2 * most_shared_ff * sizeof(float), "cudaMalloc(scratch)"));
+      }
+    }
+    return {};
+  }
+
+  // A mixture-of-experts layer's router and matrices.
+  Failure UploadExperts(const hetero_cuda_layer& src, int i, Layer& l) {
+    const auto& c = desc;
+    const std::string where = "layer " + std::to_string(i) + ": ";
+    if (src.n_experts_used < 1 || src.n_experts_used > kMaxExpertsUsed || src.n_experts_used > src.n_experts ||
+        src.n_experts > 1024 || src.expert_n_ff <= 0 || src.router == nullptr) {
+      return Invalid(where + "bad expert counts (at most " + std::to_string(kMaxExpertsUsed) +
+                     " of at most 1024 experts per token) or no router");
+    }
+    const size_t stacked = static_cast<size_t>(src.n_experts) * src.expert_n_ff;
+    if (static_cast<size_t>(src.expert_gate.rows) != stacked || src.expert_gate.cols != c.n_embd ||
+        static_cast<size_t>(src.expert_up.rows) != stacked || src.expert_up.cols != c.n_embd ||
+        static_cast<size_t>(src.expert_down.rows) != static_cast<size_t>(src.n_experts) * c.n_embd ||
+        src.expert_down.cols != src.expert_n_ff) {
+      return Invalid(where + "expert matrix shapes do not match the expert counts");
+    }
+    if (src.expert_gate.format != src.expert_up.format) {
+      return Invalid(where + "expert gate and up matrices in different formats");
+    }
+    l.n_experts = src.n_experts;
+    l.experts_used = src.n_experts_used;
+    l.expert_n_ff = src.expert_n_ff;
+    l.normalize_expert_weights = src.normalize_expert_weights != 0;
+    HETERO_FAILURE_TRY(l.router.Upload(src.router, static_cast<size_t>(src.n_experts) * c.n_embd * sizeof(float),
+                                       "cudaMalloc(router)"));
+    HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate", nullptr, /*gemv_only=*/true));
+    HETERO_FAILURE_TRY(l.expert_up.Upload(src.expert_up, "expert up", nullptr, /*gemv_only=*/true));
+    HETERO_FAILURE_TRY(l.expert_down.Upload(src.expert_down, "expert down", nullptr, /*gemv_only=*/true));
+    if (src.shared_gate_input == nullptr) return {};
+    if (src.shared_n_ff <= 0 || src.shared_gate.rows != src.shared_n_ff || src.shared_gate.cols != c.n_embd ||
+        src.shared_up.rows != src.shared_n_ff || src.shared_up.cols != c.n_embd || src.shared_down.rows != c.n_embd ||
+        src.shared_down.cols != src.shared_n_ff) {
+      return Invalid(where + "shared expert shapes do not match");
+    }
+    l.shared_n_ff = src.shared_n_ff;
+    HETERO_FAILURE_TRY(l.shared_gate_input.Upload(src.shared_gate_input, c.n_embd * sizeof(float), "cudaMalloc(shared gate)"));
+    HETERO_FAILURE_TRY(l.shared_gate.Upload(src.shared_gate, "shared gate", nullptr, /*gemv_only=*/true));
+    HETERO_FAILURE_TRY(l.shared_up.Upload(src.shared_up, "shared up", nullptr, /*gemv_only=*/true));
+    HETERO_FAILURE_TRY(l.shared_down.Upload(src.shared_down, "shared down", nullptr, /*gemv_only=*/true));
+    return {};
+  }
+
+  // A mixture-of-experts FFN over n_rows rows of the residual stream: into `out`, added
+  // (times the residual scale) with `accumulate`. Own kernels only, whatever the row count.
+  Failure ExpertsFfn(Layer& l, int n_rows, float* out, bool accumulate) {
+    const auto& c = desc;
+    LaunchRmsNorm(x.as<float>(), nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, moe_h.as<float>(),
+                  nullptr, stream);
+    ExpertStep step;
+    step.h = moe_h.as<float>();
+    step.rows = n_rows;
+    step.n_embd = c.n_embd;
+    step.n_experts = l.n_experts;
+    step.used = l.experts_used;
+    step.n_ff = l.expert_n_ff;
+    step.normalize = l.normalize_expert_weights;
+    step.gelu = c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH;
+    step.router = l.router.as<float>();
+    step.gate_up_format = l.expert_gate.format;
+    step.down_format = l.expert_down.format;
+    step.gate = l.expert_gate.gemv_weights();
+    step.up = l.expert_up.gemv_weights();
+    step.down = l.expert_down.gemv_weights();
+    step.logits = moe_logits.as<float>();
+    step.choices = moe_choices.as<int32_t>();
+    step.weights = moe_weights.as<float>();
+    step.act = moe_act.as<float>();
+    step.out = out;
+    step.accumulate = accumulate;
+    step.scale = c.residual_scale;
+    HETERO_CUDA_TRY(LaunchExperts(step, stream));
+    if (l.shared_n_ff == 0) return {};
+    // The shared expert, eight rows per GEMV launch.
+    for (int r0 = 0; r0 < n_rows; r0 += kMaxGemvRows) {
+      const int rows = std::min(kMaxGemvRows, n_rows - r0);
+      const float* in = moe_h.as<float>() + static_cast<size_t>(r0) * c.n_embd;
+      float* act = shared_act.as<float>() + static_cast<size_t>(r0) * l.shared_n_ff;
+      HETERO_FAILURE_TRY(Gemv({{&l.shared_gate, act, l.shared_n_ff}, {&l.shared_up, nullptr, l.shared_n_ff}}, in, rows,
+                              false, nullptr, /*swiglu=*/true));
+      HETERO_FAILURE_TRY(Gemv({{&l.shared_down, shared_out.as<float>() + static_cast<size_t>(r0) * c.n_embd, c.n_embd}},
+                              act, rows, false, nullptr));
+    }
+    LaunchAddGatedShared(moe_h.as<float>(), l.shared_gate_input.as<float>(), shared_out.as<float>(), n_rows, c.n_embd,
+                         accumulate ? c.residual_scale : 1.0f, out, stream);
     return {};
   }
 
@@ -469,9 +602,14 @@ struct Model {
           LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
                               c.residual_scale, stream);
         }
-        HETERO_FAILURE_TRY(Gemv({{&l.gate, ffn.as<float>(), c.n_ff}, {&l.up, nullptr, c.n_ff}}, xs, n_rows, false,
-                                l.ffn_norm.as<float>(), /*swiglu=*/true));
-        HETERO_FAILURE_TRY(Gemv({{&l.down, post_ffn ? block_out : xs, c.n_embd}}, ffn.as<float>(), n_rows, !post_ffn, nullptr));
+        if (l.n_experts > 0) {
+          HETERO_FAILURE_TRY(ExpertsFfn(l, n_rows, post_ffn ? block_out : xs, !post_ffn));
+        } else {
+          HETERO_FAILURE_TRY(Gemv({{&l.gate, ffn.as<float>(), c.n_ff}, {&l.up, nullptr, c.n_ff}}, xs, n_rows, false,
+                                  l.ffn_norm.as<float>(), /*swiglu=*/true));
+          HETERO_FAILURE_TRY(
+              Gemv({{&l.down, post_ffn ? block_out : xs, c.n_embd}}, ffn.as<float>(), n_rows, !post_ffn, nullptr));
+        }
       } else {
         LaunchToHalf(att.as<float>(), static_cast<size_t>(n_rows) * qd, h16, stream);
         HETERO_FAILURE_TRY(MatMul(l.o.f16, c.n_embd, qd, h16, n_rows, post_attn ? block_out : xs, c.n_embd, !post_attn));
@@ -479,12 +617,17 @@ struct Model {
           LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
                               c.residual_scale, stream);
         }
-        LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
-                                  2 * c.n_ff, false));
-        LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH, nullptr,
-                              h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, post_ffn ? block_out : xs, c.n_embd, !post_ffn));
+        if (l.n_experts > 0) {
+          HETERO_FAILURE_TRY(ExpertsFfn(l, n_rows, post_ffn ? block_out : xs, !post_ffn));
+        } else {
+          LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
+          HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
+                                    2 * c.n_ff, false));
+          LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH,
+                                nullptr, h16, stream);
+          HETERO_FAILURE_TRY(
+              MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, post_ffn ? block_out : xs, c.n_embd, !post_ffn));
+        }
       }
       if (post_ffn) {
         LaunchAddToResidual(xs, block_out, l.post_ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, c.residual_scale,

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 4
+#define HETERO_CUDA_MODULE_ABI_VERSION 5
 
 /* Outcome of a probe. */
 enum {
@@ -45,7 +45,7 @@ typedef void (*hetero_cuda_module_probe_fn)(hetero_cuda_probe_result* result,
 #define HETERO_CUDA_MODULE_ABI_VERSION_SYMBOL "hetero_cuda_module_abi_version"
 #define HETERO_CUDA_MODULE_PROBE_SYMBOL "hetero_cuda_module_probe"
 
-/* ---- The model runtime (ABI 3, and 4 with the K formats: the steps of the shared model definition,
+/* ---- The model runtime (ABI 3; 4 added the K formats, 5 mixtures of experts: the steps of the shared model definition,
  * src/runtime/models/model_definition.h, each present or absent per layer). libhetero prepares every tensor on the host (it owns the
  * GGUF reader and the dequantizers) and the module uploads them once. Sequences and their
  * KV block tables live in libhetero; the module owns the device KV pool, whose blocks have
@@ -106,7 +106,22 @@ typedef struct hetero_cuda_layer {
   const float* post_ffn_norm;
   int32_t rope_table;     /* index into the model's RoPE tables */
   int32_t sliding_window; /* > 0: a query sees its last sliding_window positions (itself included) */
-  hetero_cuda_matrix q, k, v, o, gate, up, down;
+  hetero_cuda_matrix q, k, v, o, gate, up, down; /* gate/up/down: rows 0 in a mixture-of-experts layer */
+  /* A mixture-of-experts FFN in place of gate/up/down (n_experts 0: none). The router's
+   * float32 weights (n_experts x n_embd); each row runs its n_experts_used most probable
+   * experts (softmax; the chosen probabilities renormalised to sum 1 where
+   * normalize_expert_weights), their outputs summed with those weights. Each kind of expert
+   * matrix is stacked, expert e's rows after expert e-1's, as GGUF's 3-D tensors store them:
+   * expert_gate/expert_up n_experts * expert_n_ff rows of n_embd, expert_down n_experts *
+   * n_embd rows of expert_n_ff. Their float16 copies may be NULL for the block formats. */
+  int32_t n_experts, n_experts_used, expert_n_ff, normalize_expert_weights;
+  const float* router;
+  hetero_cuda_matrix expert_gate, expert_up, expert_down;
+  /* A shared expert every token also runs, its output times sigmoid(h . shared_gate_input)
+   * (NULL: none); shared_n_ff wide. */
+  const float* shared_gate_input;
+  int32_t shared_n_ff;
+  hetero_cuda_matrix shared_gate, shared_up, shared_down;
 } hetero_cuda_layer;
 
 typedef struct hetero_cuda_model_desc {

@@ -6,7 +6,10 @@
 namespace hetero::internal {
 
 void EnergyTimeline::Add(EnergyClock::time_point time, double joules) {
-  if (!knots_.empty() && time <= knots_.back().time) return;  // out of order: ignored
+  // Out of order (two threads sample): ignored. Against the last sample's own time, not the
+  // last knot's, which may sit earlier (an update placed midway).
+  if (!knots_.empty() && time <= last_time_) return;
+  last_time_ = time;
   if (!knots_.empty() && joules <= knots_.back().joules) {
     // The counter did not move (or went back): keep only the latest repeat as the tail,
     // so that interpolation runs between real movements.
@@ -29,8 +32,10 @@ void EnergyTimeline::Add(EnergyClock::time_point time, double joules) {
 }
 
 void EnergyTimeline::TrimBefore(EnergyClock::time_point time) {
+  // A repeat at the tail keeps the movement before it: both are needed to extend past it.
+  const size_t keep_at_least = last_was_repeat_ ? 2 : 1;
   size_t keep_from = 0;
-  while (keep_from + 1 < knots_.size() && knots_[keep_from + 1].time <= time) ++keep_from;
+  while (keep_from + keep_at_least < knots_.size() && knots_[keep_from + 1].time <= time) ++keep_from;
   for (; keep_from > 0; --keep_from) knots_.pop_front();
 }
 
@@ -41,7 +46,7 @@ double EnergyTimeline::JoulesAt(EnergyClock::time_point time) const {
   // accruing: a task ending there would lose up to one update period of its energy (on an
   // H200, 4-6% of each agentic task, 2026-12-04). Extended at the last period's power, for
   // at most one more period (a counter that truly stopped is not extrapolated for ever).
-  const size_t last_move = knots_.size() - (last_was_repeat_ ? 2 : 1);
+  const size_t last_move = knots_.size() - (last_was_repeat_ && knots_.size() >= 2 ? 2 : 1);
   if (time >= knots_[last_move].time) {
     const Knot& m = knots_[last_move];
     if (last_move == 0) return m.joules;
@@ -64,7 +69,7 @@ EnergyTimeline::Window EnergyTimeline::Between(EnergyClock::time_point start, En
   Window w;
   if (knots_.empty() || end <= start) return w;
   w.joules = std::max(0.0, JoulesAt(end) - JoulesAt(start));
-  w.covered = knots_.front().time <= start && knots_.back().time >= end;
+  w.covered = knots_.front().time <= start && last_time_ >= end;
   const auto gap_at = [&](EnergyClock::time_point t) {
     auto hi = std::upper_bound(knots_.begin(), knots_.end(), t,
                                [](EnergyClock::time_point x, const Knot& k) { return x < k.time; });

@@ -46,7 +46,7 @@ class EnergyTimeline {
     double joules;
   };
   std::deque<Knot> knots_;  // where the counter moved, plus the first and last samples
-  EnergyClock::time_point last_time_{};
+  EnergyClock::time_point last_time_{};  // the last sample's time (the last knot may be earlier)
   bool last_was_repeat_ = false;
 };
 
