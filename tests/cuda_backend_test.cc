@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <ostream>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -146,6 +147,11 @@ struct TinyCase {
   std::map<std::string, TensorType> tensor_types;
   int n_experts = 0, n_experts_used = 0, expert_ff = 0, shared_ff = 0;
 };
+
+// gtest names a case by this (not by its bytes) in its logs.
+void PrintTo(const TinyCase& c, std::ostream* os) {
+  *os << (c.label.empty() ? c.architecture : c.label) << " " << TensorTypeName(c.type);
+}
 
 class CudaTinyModelTest : public ::testing::TestWithParam<TinyCase> {};
 

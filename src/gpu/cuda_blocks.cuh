@@ -148,6 +148,22 @@ __device__ __forceinline__ float GateActivation(float g, bool gelu) {
   return g / (1.0f + expf(-z));
 }
 
+// The sum of `v` over the block (every thread gets it); `partial` holds 32 floats.
+__device__ __forceinline__ float BlockSum(float v, float* partial) {
+  v = WarpSum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+    w = WarpSum(w);
+    if (threadIdx.x == 0) partial[0] = w;
+  }
+  __syncthreads();
+  const float total = partial[0];
+  __syncthreads();  // partial may be reused at once
+  return total;
+}
+
 }  // namespace hetero::gpu
 
 #endif  // HETERO_GPU_CUDA_BLOCKS_CUH_

@@ -142,12 +142,7 @@ __global__ void AddGatedSharedKernel(const float* __restrict__ h, const float* _
   float s = 0.0f;
   for (int i = threadIdx.x; i < n_embd; i += blockDim.x) s += x[i] * gate_input[i];
   __shared__ float partial[32];
-  s = WarpSum(s);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = s;
-  __syncthreads();
-  float dot = 0.0f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) dot += partial[w];
-  const float share = scale / (1.0f + expf(-dot));
+  const float share = scale / (1.0f + expf(-BlockSum(s, partial)));
   const size_t base = static_cast<size_t>(blockIdx.x) * n_embd;
   for (int i = threadIdx.x; i < n_embd; i += blockDim.x) out[base + i] += share * shared[base + i];
 }

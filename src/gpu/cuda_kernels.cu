@@ -144,22 +144,6 @@ __global__ void EmbedKernel(const __half* __restrict__ table, const int32_t* __r
   for (int i = threadIdx.x; i < n_embd; i += blockDim.x) dst[i] = __half2float(src[i]) * scale;
 }
 
-// The sum of `v` over the block (every thread gets it); `partial` holds 32 floats.
-__device__ float BlockSum(float v, float* partial) {
-  v = WarpSum(v);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float w = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
-    w = WarpSum(w);
-    if (threadIdx.x == 0) partial[0] = w;
-  }
-  __syncthreads();
-  const float total = partial[0];
-  __syncthreads();  // partial may be reused at once
-  return total;
-}
-
 __global__ void AddToResidualKernel(float* __restrict__ x, const float* __restrict__ t, const float* __restrict__ norm,
                                     int n, float eps, float scale) {
   float* xr = x + static_cast<size_t>(blockIdx.x) * n;
@@ -184,16 +168,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x, const int32_t* __rest
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += row[i] * row[i];
   __shared__ float partial[32];
-  ss = WarpSum(ss);
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
-    v = WarpSum(v);
-    if (threadIdx.x == 0) partial[0] = v;
-  }
-  __syncthreads();
-  const float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
+  const float scale = rsqrtf(BlockSum(ss, partial) / static_cast<float>(n) + eps);
   const size_t base = static_cast<size_t>(blockIdx.x) * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = row[i] * scale * weight[i];

@@ -423,38 +423,32 @@ struct Model {
       LaunchRopeAndStore(q, qkv_stride, steps, n_rows, rope, map, kv, i, stream);
       LaunchAttention(q, qkv_stride, n_rows, c.n_heads, c.n_kv_heads, c.head_dim, c.attention_scale, l.sliding_window,
                       map, kv, i, att.as<float>(), stream);
+      // The attention block's output projection, into the residual stream or through the norm.
       if (gemv) {
         HETERO_FAILURE_TRY(Gemv({{&l.o, post_attn ? block_out : xs, c.n_embd}}, att.as<float>(), n_rows, !post_attn, nullptr));
-        if (post_attn) {
-          LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
-                              c.residual_scale, stream);
-        }
-        if (l.n_experts > 0) {
-          HETERO_FAILURE_TRY(ExpertsFfn(l, n_rows, post_ffn ? block_out : xs, !post_ffn));
-        } else {
-          HETERO_FAILURE_TRY(Gemv({{&l.gate, ffn.as<float>(), c.n_ff}, {&l.up, nullptr, c.n_ff}}, xs, n_rows, false,
-                                  l.ffn_norm.as<float>(), /*swiglu=*/true));
-          HETERO_FAILURE_TRY(
-              Gemv({{&l.down, post_ffn ? block_out : xs, c.n_embd}}, ffn.as<float>(), n_rows, !post_ffn, nullptr));
-        }
       } else {
         LaunchToHalf(att.as<float>(), static_cast<size_t>(n_rows) * qd, h16, stream);
         HETERO_FAILURE_TRY(MatMul(l.o.f16, c.n_embd, qd, h16, n_rows, post_attn ? block_out : xs, c.n_embd, !post_attn));
-        if (post_attn) {
-          LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
-                              c.residual_scale, stream);
-        }
-        if (l.n_experts > 0) {
-          HETERO_FAILURE_TRY(ExpertsFfn(l, n_rows, post_ffn ? block_out : xs, !post_ffn));
-        } else {
-          LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
-          HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
-                                    2 * c.n_ff, false));
-          LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH,
-                                nullptr, h16, stream);
-          HETERO_FAILURE_TRY(
-              MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, post_ffn ? block_out : xs, c.n_embd, !post_ffn));
-        }
+      }
+      if (post_attn) {
+        LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
+                            c.residual_scale, stream);
+      }
+      // The feed-forward block: experts, decode-sized GEMVs, or cuBLAS.
+      float* ffn_out = post_ffn ? block_out : xs;
+      if (l.n_experts > 0) {
+        HETERO_FAILURE_TRY(ExpertsFfn(l, n_rows, ffn_out, !post_ffn));
+      } else if (gemv) {
+        HETERO_FAILURE_TRY(Gemv({{&l.gate, ffn.as<float>(), c.n_ff}, {&l.up, nullptr, c.n_ff}}, xs, n_rows, false,
+                                l.ffn_norm.as<float>(), /*swiglu=*/true));
+        HETERO_FAILURE_TRY(Gemv({{&l.down, ffn_out, c.n_embd}}, ffn.as<float>(), n_rows, !post_ffn, nullptr));
+      } else {
+        LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
+                                  2 * c.n_ff, false));
+        LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH,
+                              nullptr, h16, stream);
+        HETERO_FAILURE_TRY(MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, ffn_out, c.n_embd, !post_ffn));
       }
       if (post_ffn) {
         LaunchAddToResidual(xs, block_out, l.post_ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, c.residual_scale,
