@@ -7,8 +7,8 @@
 #   libs/            oneDNN, compressed
 #   peer/            the peer, where $LLAMA_CUDA_BUILD (default /work/peer/llama.cpp/build-cuda)
 #                    holds a llama.cpp CUDA build for sm_90: llama-bench, llama-batched-bench
-#                    and their libraries (the large ones compressed); docs/PERFORMANCE.md
-#                    gives the commands that build it
+#                    and their libraries (the large ones compressed), as
+#                    scripts/build-llama-cuda.sh builds them
 #   model/part-*     the default model in pieces (its SHA-256 in bundle/model.sha256)
 #   gemma3/part-*    Gemma 3 270M, where models/ has it (`scripts/setup.sh --model gemma3`)
 #   plan.txt         the device tool moves at most 64 MiB a call, the working tree included:
