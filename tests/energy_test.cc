@@ -199,6 +199,29 @@ TEST(EnergyTimelineTest, CoarseCounterReadAtTaskEndsIsUnbiased) {
   EXPECT_NEAR(attributed, truth, 0.015 * truth);
 }
 
+// Two threads sample one counter (the meter's thread and a task's end): a sample stamped
+// before the last one is dropped even when the last knot sits earlier (an update placed
+// midway); trimming keeps what extending past the last update needs.
+TEST(EnergyTimelineTest, StaleSamplesAndTrimmingAfterAMidpoint) {
+  const auto t0 = EnergyClock::now();
+  EnergyTimeline t;
+  t.Add(t0, 0.0);
+  t.Add(t0 + Ms(100), 10.0);  // movement: 100 W
+  t.Add(t0 + Ms(120), 10.0);  // repeat
+  t.Add(t0 + Ms(200), 20.0);  // movement seen after a repeat: placed at 160 ms
+  t.Add(t0 + Ms(180), 99.0);  // stale (before the 200 ms sample): ignored
+  EXPECT_NEAR(t.JoulesAt(t0 + Ms(160)), 20.0, 1e-9);
+  t.Add(t0 + Ms(220), 20.0);  // a repeat at the tail
+  EXPECT_NEAR(t.JoulesAt(t0 + Ms(220)), 20.0 + 60 * 10.0 / 60.0, 1e-9);  // 60 ms past 160 at 10 J / 60 ms
+  EXPECT_TRUE(t.Between(t0 + Ms(100), t0 + Ms(220)).covered);  // up to the last sample, not the last knot
+  t.TrimBefore(t0 + Ms(10000));  // everything is older: the last two movements and the repeat stay
+  EXPECT_EQ(t.knots(), 3u);
+  EXPECT_NEAR(t.JoulesAt(t0 + Ms(220)), 30.0, 1e-9);
+  t.Add(t0 + Ms(240), 20.0);  // another repeat after trimming
+  EXPECT_NEAR(t.JoulesAt(t0 + Ms(215)), 20.0 + 55 * 10.0 / 60.0, 1e-9);
+  EXPECT_NEAR(t.JoulesAt(t0 + Ms(240)), 30.0, 1e-9);  // at most one period (60 ms) past 160
+}
+
 TEST(AttributionTest, OverlappingTasksShareTheirDevice) {
   const auto t0 = EnergyClock::now();
   std::map<Device, EnergyTimeline> devices;

@@ -32,8 +32,9 @@ void EnergyTimeline::Add(EnergyClock::time_point time, double joules) {
 }
 
 void EnergyTimeline::TrimBefore(EnergyClock::time_point time) {
-  // A repeat at the tail keeps the movement before it: both are needed to extend past it.
-  const size_t keep_at_least = last_was_repeat_ ? 2 : 1;
+  // Extending past the last movement needs it and the one before (and a repeat at the tail
+  // stays too): those survive any trim.
+  const size_t keep_at_least = last_was_repeat_ ? 3 : 2;
   size_t keep_from = 0;
   while (keep_from + keep_at_least < knots_.size() && knots_[keep_from + 1].time <= time) ++keep_from;
   for (; keep_from > 0; --keep_from) knots_.pop_front();
