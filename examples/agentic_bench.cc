@@ -50,7 +50,7 @@ struct PolicyRow {
   // against the meter.
   double gpu_meter_joules = -1;
   double gpu_attributed_joules = 0;
-  double gpu_meter_update_ms = 0;  // how often the counter moved (median), 0 when unknown
+  double gpu_meter_update_ms = 0;  // one interval between the counter's movements, 0 when unknown
   double ppt() const { return tokens > 0 ? 1000.0 * solved / static_cast<double>(tokens) : 0; }
   double tst() const { return tasks > 0 ? joules / tasks : 0; }
   double tpw() const { return joules > 0 ? static_cast<double>(tokens) / joules : 0; }
@@ -201,11 +201,11 @@ absl::StatusOr<PolicyRow> RunPolicy(const AgenticOptions& o, const std::string& 
     run.safety = safety;
     auto result = (*session)->Run(q.question, run);
     ++row.tasks;
-    if (result.ok()) row.gpu_attributed_joules += GpuJoulesOf(result->report);
     if (!result.ok()) {
       ++row.errors;
       continue;
     }
+    row.gpu_attributed_joules += GpuJoulesOf(result->report);
     bool generated = false;
     for (const StageReport& s : result->report.stages) generated |= s.stage == Stage::kGenerate;
     row.without_generate += !generated;

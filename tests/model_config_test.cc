@@ -7,6 +7,8 @@
 #include "gtest/gtest.h"
 #include "hetero/model.h"
 #include "src/runtime/model_config.h"
+#include "src/runtime/model_impl.h"
+#include "src/runtime/models/model_definition.h"
 #include "tests/support/default_model.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/tiny_model.h"
@@ -298,6 +300,50 @@ TEST(ModelConfigTest, MixtureOfExpertsKeysAndTensors) {
   mixtral.AddUint32("llama.expert_count", 8).AddUint32("llama.expert_used_count", 2);
   EXPECT_THAT(Model::Load(WriteTempFile(mixtral.Build(), "mixtral_old.gguf")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'blk.0.ffn_gate_inp.weight' is missing")));
+}
+
+// What every backend builds one rotation table for: Gemma 3's local layers (base 10000)
+// and its global one (the file's base), each layer pointing at its own; a llama has one.
+TEST(ModelDefinitionTest, DistinctRopesPerLayer) {
+  TinyModelOptions g;
+  g.architecture = "gemma3";
+  g.n_layers = 6;
+  g.sliding_window = 8;
+  g.rope_freq_base = 1e6f;
+  auto gemma = LoadTiny(g, "ropes_gemma3.gguf");
+  ASSERT_TRUE(gemma.ok()) << gemma.status();
+  const RopeVariants v = DistinctRopes((*gemma)->impl().definition);
+  ASSERT_EQ(v.base_and_factor.size(), 2u);
+  EXPECT_EQ(v.base_and_factor[0].first, 10000.0f);
+  EXPECT_EQ(v.base_and_factor[1].first, 1e6f);
+  EXPECT_THAT(v.of_layer, ::testing::ElementsAre(0, 0, 0, 0, 0, 1));
+  auto llama = LoadTiny(TinyModelOptions{}, "ropes_llama.gguf");
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  const RopeVariants one = DistinctRopes((*llama)->impl().definition);
+  EXPECT_EQ(one.base_and_factor.size(), 1u);
+  EXPECT_THAT(one.of_layer, ::testing::Each(0));
+}
+
+// A 3-D expert tensor as one matrix: every expert's rows in order, the same bytes, and
+// expert e's rows exactly where ExpertMatrix finds them.
+TEST(ModelDefinitionTest, StackedExpertsIsEveryExpertMatrixInOrder) {
+  TinyModelOptions o;
+  o.architecture = "olmoe";
+  o.n_experts = 5;
+  o.n_experts_used = 2;
+  o.n_ff_expert = 32;
+  auto model = LoadTiny(o, "stacked_experts.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  const GgufFile& file = *(*model)->impl().gguf;
+  const std::string name = "blk.1.ffn_up_exps.weight";
+  const GgufTensorInfo stacked = StackedExperts(file, name);
+  EXPECT_THAT(stacked.dims, ::testing::ElementsAre(o.n_embd, 32 * 5));
+  EXPECT_EQ(stacked.data.data(), file.FindTensor(name)->data.data());
+  EXPECT_EQ(stacked.data.size(), file.FindTensor(name)->data.size());
+  for (int e = 0; e < 5; ++e) {
+    const GgufTensorInfo one = ExpertMatrix(file, name, e);
+    EXPECT_EQ(one.data.data(), stacked.data.data() + e * one.data.size());
+  }
 }
 
 TEST(ModelConfigTest, RopeScaling) {

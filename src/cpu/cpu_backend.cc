@@ -105,6 +105,11 @@ absl::Status CpuBackend::Init() {
   HETERO_ASSIGN_OR_RETURN(const std::vector<float> freq_factors, optional_vector(d.rope_freqs));
   attention_ = std::make_unique<Attention>(
       AttentionShape{c.n_heads, c.n_kv_heads, c.head_dim, options_.kv_block_tokens, d.attention_scale});
+  // One rotation table per distinct (base, factor): Gemma 3 has two.
+  const RopeVariants rope_variants = DistinctRopes(d);
+  for (const auto& [base, factor] : rope_variants.base_and_factor) {
+    ropes_.push_back(std::make_unique<Rope>(c, base, factor, freq_factors, d.rope_attn_factor));
+  }
   layers_.resize(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerDefinition& ld = d.layers[i];
@@ -130,17 +135,7 @@ absl::Status CpuBackend::Init() {
     }
     l.qk_norm_per_head = ld.qk_norm_per_head;
     l.sliding_window = ld.sliding_window;
-    // One rotation table per distinct (base, factor): Gemma 3 has two.
-    auto rope = std::find_if(ropes_.begin(), ropes_.end(), [&](const RopeTable& r) {
-      return r.base == ld.rope_freq_base && r.linear_factor == ld.rope_linear_factor;
-    });
-    if (rope == ropes_.end()) {
-      ropes_.push_back({ld.rope_freq_base, ld.rope_linear_factor,
-                        std::make_unique<Rope>(c, ld.rope_freq_base, ld.rope_linear_factor, freq_factors,
-                                               d.rope_attn_factor)});
-      rope = ropes_.end() - 1;
-    }
-    l.rope = static_cast<size_t>(rope - ropes_.begin());
+    l.rope = static_cast<size_t>(rope_variants.of_layer[i]);
   }
 
   const CpuInfo& cpu = DetectCpu();
@@ -308,7 +303,7 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
 
   // The rotation of this batch's positions, once per distinct rope (Gemma 3 has two).
   std::vector<RopeAngles> rope_angles;
-  for (const RopeTable& t : ropes_) rope_angles.push_back(t.rope->Angles(positions.data(), T));
+  for (const auto& rope : ropes_) rope_angles.push_back(rope->Angles(positions.data(), T));
 
   const int bt = options_.kv_block_tokens;
   const size_t layer_stride = kv_layout_.layer_floats();
@@ -337,7 +332,7 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
       if (!layer.q_norm.empty()) RmsNorm(w.q.data(), layer.q_norm.data(), T, qd, c.rms_norm_eps, w.q.data());
       if (!layer.k_norm.empty()) RmsNorm(w.k.data(), layer.k_norm.data(), T, kvd, c.rms_norm_eps, w.k.data());
     }
-    const Rope& rope = *ropes_[layer.rope].rope;
+    const Rope& rope = *ropes_[layer.rope];
     rope.Apply(w.q.data(), T, c.n_heads, rope_angles[layer.rope]);
     rope.Apply(w.k.data(), T, c.n_kv_heads, rope_angles[layer.rope]);
     // Store this layer's keys and values in the shared block layout (src/runtime/kv_layout.h).

@@ -90,10 +90,6 @@ class CpuBackend : public PagedBackend {
     size_t rope = 0;  // index into ropes_
     int sliding_window = 0;
   };
-  struct RopeTable {
-    float base, linear_factor;
-    std::unique_ptr<Rope> rope;
-  };
   // One row of a forward batch: a token at a position of a sequence.
   struct Row {
     SequenceId seq;
@@ -125,7 +121,7 @@ class CpuBackend : public PagedBackend {
   std::vector<float> output_norm_;
   std::unique_ptr<Linear> output_;
   const GgufTensorInfo* token_embd_ = nullptr;
-  std::vector<RopeTable> ropes_;
+  std::vector<std::unique_ptr<Rope>> ropes_;  // one per DistinctRopes variant
   std::unique_ptr<Attention> attention_;
   std::unique_ptr<ThreadPool> pool_;  // options_.threads threads for the kernels' loops
 

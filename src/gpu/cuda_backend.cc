@@ -48,50 +48,40 @@ struct PreparedMatrix {
   hetero_cuda_matrix view{};
 };
 
-absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::string_view name) {
+// The module's id for the formats its GEMV reads as GGUF blocks; F16 for the rest.
+int32_t ModuleFormat(TensorType type) {
+  static constexpr std::pair<TensorType, int32_t> kNative[] = {
+      {TensorType::kQ4_0, HETERO_CUDA_WEIGHTS_Q4_0}, {TensorType::kQ4_1, HETERO_CUDA_WEIGHTS_Q4_1},
+      {TensorType::kQ5_0, HETERO_CUDA_WEIGHTS_Q5_0}, {TensorType::kQ5_1, HETERO_CUDA_WEIGHTS_Q5_1},
+      {TensorType::kQ8_0, HETERO_CUDA_WEIGHTS_Q8_0}, {TensorType::kQ4_K, HETERO_CUDA_WEIGHTS_Q4_K},
+      {TensorType::kQ5_K, HETERO_CUDA_WEIGHTS_Q5_K}, {TensorType::kQ6_K, HETERO_CUDA_WEIGHTS_Q6_K}};
+  for (const auto& [t, format] : kNative) {
+    if (t == type) return format;
+  }
+  return HETERO_CUDA_WEIGHTS_F16;
+}
+
+// With f16_for_blocks false, a block format gets no float16 copy (the module then reads
+// only the blocks): no dequantization at all.
+absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::string_view name,
+                                             bool f16_for_blocks = true) {
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
   if (t->dims.size() != 2) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is not a matrix"));
   PreparedMatrix m;
   const int64_t cols = t->dims[0], rows = t->dims[1];
+  m.view.rows = static_cast<int32_t>(rows);
+  m.view.cols = static_cast<int32_t>(cols);
+  m.view.format = ModuleFormat(t->type);
+  if (m.view.format != HETERO_CUDA_WEIGHTS_F16) {
+    m.view.blocks = t->data.data();
+    m.view.blocks_bytes = t->data.size();
+    if (!f16_for_blocks) return m;
+  }
   std::vector<float> f32(static_cast<size_t>(rows * cols));
   HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(f32)));
   m.f16.resize(f32.size());
   for (size_t i = 0; i < f32.size(); ++i) m.f16[i] = Fp32ToFp16(f32[i]);
-  m.view.rows = static_cast<int32_t>(rows);
-  m.view.cols = static_cast<int32_t>(cols);
   m.view.f16 = m.f16.data();
-  switch (t->type) {
-    case TensorType::kQ4_0:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q4_0;
-      break;
-    case TensorType::kQ4_1:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q4_1;
-      break;
-    case TensorType::kQ8_0:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q8_0;
-      break;
-    case TensorType::kQ5_0:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q5_0;
-      break;
-    case TensorType::kQ5_1:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q5_1;
-      break;
-    case TensorType::kQ4_K:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q4_K;
-      break;
-    case TensorType::kQ5_K:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q5_K;
-      break;
-    case TensorType::kQ6_K:
-      m.view.format = HETERO_CUDA_WEIGHTS_Q6_K;
-      break;
-    default:
-      m.view.format = HETERO_CUDA_WEIGHTS_F16;
-  }
-  if (m.view.format != HETERO_CUDA_WEIGHTS_F16) {
-    m.view.blocks = t->data.data();
-    m.view.blocks_bytes = t->data.size();
-  }
   return m;
 }
 
@@ -168,19 +158,11 @@ absl::Status CudaBackend::Init() {
     HETERO_ASSIGN_OR_RETURN(freq_factors, LoadFloatTensor(file, def.rope_freqs));
   }
   // One RoPE table per distinct (base, linear factor) among the layers, back to back.
-  std::vector<std::pair<float, float>> rope_keys;
+  const RopeVariants rope_variants = DistinctRopes(def);
   std::vector<double> rope_inv_freq;
-  std::vector<int> rope_table_of(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    const std::pair<float, float> key{def.layers[i].rope_freq_base, def.layers[i].rope_linear_factor};
-    auto it = std::find(rope_keys.begin(), rope_keys.end(), key);
-    if (it == rope_keys.end()) {
-      const std::vector<double> table = RopeInverseFrequencies(c.rope_dim, key.first, key.second, freq_factors);
-      rope_inv_freq.insert(rope_inv_freq.end(), table.begin(), table.end());
-      rope_keys.push_back(key);
-      it = rope_keys.end() - 1;
-    }
-    rope_table_of[i] = static_cast<int>(it - rope_keys.begin());
+  for (const auto& [base, factor] : rope_variants.base_and_factor) {
+    const std::vector<double> table = RopeInverseFrequencies(c.rope_dim, base, factor, freq_factors);
+    rope_inv_freq.insert(rope_inv_freq.end(), table.begin(), table.end());
   }
 
   // Host copies live until the module has uploaded them.
@@ -236,13 +218,11 @@ absl::Status CudaBackend::Init() {
     if (moe) {
       const ExpertsDefinition& e = ld.experts;
       HETERO_ASSIGN_OR_RETURN(h.router, LoadFloatTensor(file, e.router));
-      // Each kind of expert matrix whole: its 3-D tensor read as count * rows rows.
+      // Each kind of expert matrix whole, read in place where its format has a GEMV (no
+      // prompt GEMM reads experts, so those need no float16 copy).
       const auto stacked = [&](const std::string& name, PreparedMatrix& dst) -> absl::Status {
-        GgufTensorInfo view = *file.FindTensor(name);
-        view.dims = {view.dims[0], view.dims[1] * view.dims[2]};
-        HETERO_ASSIGN_OR_RETURN(dst, PrepareMatrix(&view, name));
-        // The module reads block formats in place; their float16 copy stays here.
-        dst.view.f16 = dst.view.format == HETERO_CUDA_WEIGHTS_F16 ? dst.f16.data() : nullptr;
+        const GgufTensorInfo view = StackedExperts(file, name);
+        HETERO_ASSIGN_OR_RETURN(dst, PrepareMatrix(&view, name, /*f16_for_blocks=*/false));
         note_format(dst, view.type);
         return absl::OkStatus();
       };
@@ -283,7 +263,7 @@ absl::Status CudaBackend::Init() {
     l.qk_norm_per_head = ld.qk_norm_per_head ? 1 : 0;
     l.post_attn_norm = h.post_attn_norm.empty() ? nullptr : h.post_attn_norm.data();
     l.post_ffn_norm = h.post_ffn_norm.empty() ? nullptr : h.post_ffn_norm.data();
-    l.rope_table = rope_table_of[i];
+    l.rope_table = rope_variants.of_layer[i];
     l.sliding_window = ld.sliding_window;
     l.q = h.q.view;
     l.k = h.k.view;
@@ -304,7 +284,7 @@ absl::Status CudaBackend::Init() {
   d.context_length = c.context_length;
   d.rope_dim = c.rope_dim;
   d.rope_neox = c.rope_style == RopeStyle::kNeox ? 1 : 0;
-  d.n_rope_tables = static_cast<int32_t>(rope_keys.size());
+  d.n_rope_tables = static_cast<int32_t>(rope_variants.base_and_factor.size());
   d.rope_inv_freq = rope_inv_freq.data();
   d.rope_attn_factor = def.rope_attn_factor;
   d.rms_norm_eps = c.rms_norm_eps;

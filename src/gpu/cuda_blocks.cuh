@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace hetero::gpu {
 
@@ -111,18 +112,39 @@ __device__ __forceinline__ void LoadKUnit(const uint8_t* sb, int e0, float* w) {
   }
 }
 
+// Elements and bytes of one block of a GEMV format (format 1, float16: one element, 2 bytes;
+// 0 bytes for a format the GEMV does not read): the kernels' addressing and the module's
+// upload checks use the same table.
+struct BlockGeometry {
+  int elements, bytes;
+};
+constexpr BlockGeometry GemvBlock(int format) {
+  switch (format) {
+    case 1: return {1, 2};
+    case 2: return {32, 18};
+    case 3: return {32, 20};
+    case 6: return {32, 22};
+    case 7: return {32, 24};
+    case 8: return {32, 34};
+    case 12: return {256, 144};
+    case 13: return {256, 176};
+    case 14: return {256, 210};
+    default: return {1, 0};
+  }
+}
+
 template <int kFormat>
 __device__ __forceinline__ void LoadUnit(const void* weights, int row, int k, int unit, float* w) {
+  constexpr BlockGeometry kBlock = GemvBlock(kFormat);
+  // The block holding this unit's sixteen weights, and where in it they start.
+  const uint8_t* block = static_cast<const uint8_t*>(weights) +
+                         (static_cast<size_t>(row) * (k / kBlock.elements) + 16 * unit / kBlock.elements) * kBlock.bytes;
   if constexpr (kFormat == 12 || kFormat == 13 || kFormat == 14) {
-    constexpr int kBytes = kFormat == 12 ? 144 : (kFormat == 13 ? 176 : 210);
-    const uint8_t* sb = static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 256) + unit / 16) * kBytes;
-    LoadKUnit<kFormat>(sb, (unit % 16) * 16, w);
+    LoadKUnit<kFormat>(block, (unit % 16) * 16, w);
   } else if constexpr (kFormat == 6 || kFormat == 7) {
-    constexpr int kBytes = kFormat == 6 ? 22 : 24;
-    const uint8_t* blk = static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 32) + (unit >> 1)) * kBytes;
-    LoadQ5HalfBlock<kFormat>(blk, unit & 1, w);
+    LoadQ5HalfBlock<kFormat>(block, unit & 1, w);
   } else if constexpr (kFormat == 1) {
-    const __half* src = static_cast<const __half*>(weights) + static_cast<size_t>(row) * k + 16 * unit;
+    const __half* src = reinterpret_cast<const __half*>(block);
     const uint4 a = reinterpret_cast<const uint4*>(src)[0];
     const uint4 b = reinterpret_cast<const uint4*>(src)[1];
     const __half* ha = reinterpret_cast<const __half*>(&a);
@@ -133,10 +155,7 @@ __device__ __forceinline__ void LoadUnit(const void* weights, int row, int k, in
       w[8 + i] = __half2float(hb[i]);
     }
   } else {
-    constexpr int kBlockBytes = kFormat == 8 ? 34 : (kFormat == 3 ? 20 : 18);
-    const uint8_t* blk =
-        static_cast<const uint8_t*>(weights) + (static_cast<size_t>(row) * (k / 32) + (unit >> 1)) * kBlockBytes;
-    LoadHalfBlock<kFormat>(blk, unit & 1, w);
+    LoadHalfBlock<kFormat>(block, unit & 1, w);
   }
 }
 
@@ -162,6 +181,24 @@ __device__ __forceinline__ float BlockSum(float v, float* partial) {
   const float total = partial[0];
   __syncthreads();  // partial may be reused at once
   return total;
+}
+
+// Calls fn(std::integral_constant<int, format>) for a format LoadUnit reads (host side:
+// picks the kernel instantiation); false for any other.
+template <typename Fn>
+inline bool WithGemvFormat(int format, Fn&& fn) {
+  switch (format) {
+    case 1: fn(std::integral_constant<int, 1>{}); return true;
+    case 2: fn(std::integral_constant<int, 2>{}); return true;
+    case 3: fn(std::integral_constant<int, 3>{}); return true;
+    case 6: fn(std::integral_constant<int, 6>{}); return true;
+    case 7: fn(std::integral_constant<int, 7>{}); return true;
+    case 8: fn(std::integral_constant<int, 8>{}); return true;
+    case 12: fn(std::integral_constant<int, 12>{}); return true;
+    case 13: fn(std::integral_constant<int, 13>{}); return true;
+    case 14: fn(std::integral_constant<int, 14>{}); return true;
+    default: return false;
+  }
 }
 
 }  // namespace hetero::gpu

@@ -2,7 +2,6 @@
 // row on the device, and GEMVs that read each row's chosen experts out of the stacked
 // expert matrices (so a step's choices never cross the bus and the pass stays one graph).
 #include <cmath>
-#include <type_traits>
 
 #include "src/gpu/cuda_blocks.cuh"
 #include "src/gpu/cuda_kernels.cuh"
@@ -161,23 +160,6 @@ void Down(const ExpertStep& s, cudaStream_t stream) {
       s.down, s.act, s.choices, s.weights, s.rows, s.used, s.n_ff, s.n_embd, s.out, s.accumulate, s.scale);
 }
 
-// Runs `fn<format>` for a format the GEMV reads; false for any other.
-template <typename Fn>
-bool WithFormat(int format, Fn&& fn) {
-  switch (format) {
-    case 1: fn(std::integral_constant<int, 1>{}); return true;
-    case 2: fn(std::integral_constant<int, 2>{}); return true;
-    case 3: fn(std::integral_constant<int, 3>{}); return true;
-    case 6: fn(std::integral_constant<int, 6>{}); return true;
-    case 7: fn(std::integral_constant<int, 7>{}); return true;
-    case 8: fn(std::integral_constant<int, 8>{}); return true;
-    case 12: fn(std::integral_constant<int, 12>{}); return true;
-    case 13: fn(std::integral_constant<int, 13>{}); return true;
-    case 14: fn(std::integral_constant<int, 14>{}); return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 cudaError_t LaunchExperts(const ExpertStep& s, cudaStream_t stream) {
@@ -189,8 +171,8 @@ cudaError_t LaunchExperts(const ExpertStep& s, cudaStream_t stream) {
       s.h, s.router, s.rows, s.n_embd, s.n_experts, s.logits);
   ChooseExpertsKernel<<<(s.rows + 127) / 128, 128, 0, stream>>>(s.logits, s.rows, s.n_experts, s.used, s.normalize,
                                                                 s.choices, s.weights);
-  if (!WithFormat(s.gate_up_format, [&](auto f) { GateUp<decltype(f)::value>(s, stream); })) return cudaErrorInvalidValue;
-  if (!WithFormat(s.down_format, [&](auto f) { Down<decltype(f)::value>(s, stream); })) return cudaErrorInvalidValue;
+  if (!WithGemvFormat(s.gate_up_format, [&](auto f) { GateUp<decltype(f)::value>(s, stream); })) return cudaErrorInvalidValue;
+  if (!WithGemvFormat(s.down_format, [&](auto f) { Down<decltype(f)::value>(s, stream); })) return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 

@@ -251,19 +251,13 @@ __global__ void RopeAndStoreKernel(float* qkv, int qkv_stride, QkvSteps steps, R
   AddBias(kr, steps.k_bias, kvd);
   AddBias(vr, steps.v_bias, kvd);
   __syncthreads();
+  // Per head (runs of head_dim), or one run over the whole vector.
+  const bool per_head = steps.qk_norm_per_head;
   if (steps.q_norm != nullptr) {
-    if (steps.qk_norm_per_head) {
-      NormGroups(qr, rope.n_heads, rope.head_dim, steps.q_norm, steps.eps);
-    } else {
-      NormGroups(qr, 1, qd, steps.q_norm, steps.eps);
-    }
+    NormGroups(qr, per_head ? rope.n_heads : 1, per_head ? rope.head_dim : qd, steps.q_norm, steps.eps);
   }
   if (steps.k_norm != nullptr) {
-    if (steps.qk_norm_per_head) {
-      NormGroups(kr, rope.n_kv_heads, rope.head_dim, steps.k_norm, steps.eps);
-    } else {
-      NormGroups(kr, 1, kvd, steps.k_norm, steps.eps);
-    }
+    NormGroups(kr, per_head ? rope.n_kv_heads : 1, per_head ? rope.head_dim : kvd, steps.k_norm, steps.eps);
   }
   __syncthreads();
   const int position = map.positions[r];
@@ -399,33 +393,14 @@ int GridFor(size_t count, int threads) {
 }  // namespace
 
 cudaError_t LaunchGemv(const GemvLaunch& a, cudaStream_t stream) {
-  const int block = a.format == 12 || a.format == 13 || a.format == 14 ? 256 : 32;
-  if (a.rows < 1 || a.rows > kMaxGemvRows || a.n_segments < 1 || a.n_segments > 3 || a.k % block != 0 ||
+  if (a.rows < 1 || a.rows > kMaxGemvRows || a.n_segments < 1 || a.n_segments > 3 || a.k % 32 != 0 ||
+      a.k % GemvBlock(a.format).elements != 0 ||
       (a.swiglu && (a.n_segments != 2 || a.segments[0].n != a.segments[1].n))) {
     return cudaErrorInvalidValue;
   }
-  switch (a.format) {
-    case 1:
-      return LaunchGemvFormat<1>(a, stream);
-    case 2:
-      return LaunchGemvFormat<2>(a, stream);
-    case 3:
-      return LaunchGemvFormat<3>(a, stream);
-    case 6:
-      return LaunchGemvFormat<6>(a, stream);
-    case 7:
-      return LaunchGemvFormat<7>(a, stream);
-    case 8:
-      return LaunchGemvFormat<8>(a, stream);
-    case 12:
-      return LaunchGemvFormat<12>(a, stream);
-    case 13:
-      return LaunchGemvFormat<13>(a, stream);
-    case 14:
-      return LaunchGemvFormat<14>(a, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  cudaError_t launched = cudaErrorInvalidValue;
+  WithGemvFormat(a.format, [&](auto f) { launched = LaunchGemvFormat<decltype(f)::value>(a, stream); });
+  return launched;
 }
 
 void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float scale, float* out,

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "src/gpu/cuda_blocks.cuh"
 #include "src/gpu/cuda_module_abi.h"
 
 namespace hetero::gpu {
@@ -146,29 +147,18 @@ struct Matrix {
         (m.f16 == nullptr && (!gemv_only || m.format == HETERO_CUDA_WEIGHTS_F16))) {
       return Invalid(std::string("matrix ") + name + ": bad shape or no float16 copy");
     }
-    // Elements and bytes per block of each format the GEMV reads.
-    int block_elements = 32, block_bytes = 0;
-    switch (m.format) {
-      case HETERO_CUDA_WEIGHTS_F16: break;
-      case HETERO_CUDA_WEIGHTS_Q4_0: block_bytes = 18; break;
-      case HETERO_CUDA_WEIGHTS_Q4_1: block_bytes = 20; break;
-      case HETERO_CUDA_WEIGHTS_Q5_0: block_bytes = 22; break;
-      case HETERO_CUDA_WEIGHTS_Q5_1: block_bytes = 24; break;
-      case HETERO_CUDA_WEIGHTS_Q8_0: block_bytes = 34; break;
-      case HETERO_CUDA_WEIGHTS_Q4_K: block_elements = 256; block_bytes = 144; break;
-      case HETERO_CUDA_WEIGHTS_Q5_K: block_elements = 256; block_bytes = 176; break;
-      case HETERO_CUDA_WEIGHTS_Q6_K: block_elements = 256; block_bytes = 210; break;
-      default:
-        return Invalid(std::string("matrix ") + name + ": unknown weight format " + std::to_string(m.format));
+    const BlockGeometry block = GemvBlock(m.format);
+    if (block.bytes == 0) {
+      return Invalid(std::string("matrix ") + name + ": unknown weight format " + std::to_string(m.format));
     }
-    if (m.cols % block_elements != 0) {
+    if (m.cols % block.elements != 0) {
       return Invalid(std::string("matrix ") + name + ": columns not a whole number of its format's blocks");
     }
     format = m.format;
     rows = m.rows;
     cols = m.cols;
     if (format != HETERO_CUDA_WEIGHTS_F16) {
-      const size_t expected = static_cast<size_t>(rows) * (cols / block_elements) * block_bytes;
+      const size_t expected = static_cast<size_t>(rows) * (cols / block.elements) * block.bytes;
       if (m.blocks == nullptr || m.blocks_bytes != expected) {
         return Invalid(std::string("matrix ") + name + ": block data size does not match its shape");
       }

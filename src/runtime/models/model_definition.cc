@@ -95,6 +95,23 @@ GgufTensorInfo ExpertMatrix(const GgufFile& file, const std::string& tensor, int
   return info;
 }
 
+GgufTensorInfo StackedExperts(const GgufFile& file, const std::string& tensor) {
+  GgufTensorInfo info = *file.FindTensor(tensor);
+  info.dims = {info.dims[0], info.dims[1] * info.dims[2]};  // the bytes are already in this order
+  return info;
+}
+
+RopeVariants DistinctRopes(const ModelDefinition& definition) {
+  RopeVariants v;
+  for (const LayerDefinition& l : definition.layers) {
+    const std::pair<float, float> key{l.rope_freq_base, l.rope_linear_factor};
+    auto it = std::find(v.base_and_factor.begin(), v.base_and_factor.end(), key);
+    if (it == v.base_and_factor.end()) it = v.base_and_factor.insert(it, key);
+    v.of_layer.push_back(static_cast<int>(it - v.base_and_factor.begin()));
+  }
+  return v;
+}
+
 LayerDefinition StandardLayer(int i, const ModelConfig& config) {
   const std::string p = absl::StrCat("blk.", i, ".");
   LayerDefinition l;

@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -124,6 +125,18 @@ GgufTensorInfo SliceTensor(const GgufFile& file, const TensorSlice& slice);
 // Expert `expert`'s matrix of a 3-D expert tensor (ExpertsDefinition): a 2-D view of its
 // rows. The file must have passed ValidateModelTensors.
 GgufTensorInfo ExpertMatrix(const GgufFile& file, const std::string& tensor, int expert);
+// All of a 3-D expert tensor as one 2-D matrix: count x outputs rows, expert e's after
+// expert e-1's (how the GPU reads a row's chosen expert). Same checks as ExpertMatrix.
+GgufTensorInfo StackedExperts(const GgufFile& file, const std::string& tensor);
+
+// The distinct RoPE frequency sets among a definition's layers, keyed by (base, linear
+// factor) in order of first use (Gemma 3 has two), and each layer's index into them: what
+// a backend computes one rotation table for.
+struct RopeVariants {
+  std::vector<std::pair<float, float>> base_and_factor;
+  std::vector<int> of_layer;
+};
+RopeVariants DistinctRopes(const ModelDefinition& definition);
 
 // The plain llama layer i (blk.i.attn_norm.weight, ... ffn_down.weight), without biases,
 // with the config's RoPE base and linear factor: what most definitions start from.
