@@ -174,6 +174,9 @@ typedef struct hetero_engine_options {
   hetero_scheduler_callback scheduler_callback;
   void* scheduler_user_data;
   const char* scheduler_name;
+  /* The most device memory the model may hold on each GPU, bytes; 0: no budget (see
+   * EngineOptions::gpu_memory_budget_bytes in include/hetero/engine.h). */
+  uint64_t gpu_memory_budget_bytes;
 } hetero_engine_options;
 
 /* Fills `options` with the defaults (and struct_size). */

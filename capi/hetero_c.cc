@@ -299,6 +299,7 @@ hetero_status hetero_engine_create(const hetero_engine_options* options, hetero_
     engine_options.threads = o.threads;
     if (o.scheduler != nullptr) engine_options.scheduler = o.scheduler;
     if (o.max_sessions > 0) engine_options.max_sessions = o.max_sessions;
+    engine_options.gpu_memory_budget_bytes = o.gpu_memory_budget_bytes;
     if (o.scheduler_callback != nullptr) {
       engine_options.custom_scheduler = std::make_shared<CallbackScheduler>(
           o.scheduler_callback, o.scheduler_user_data, o.scheduler_name != nullptr ? o.scheduler_name : "c-callback");

@@ -67,7 +67,7 @@ else
 fi
 if [ "$quick" = 1 ]; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$out/run.log" 2>&1
-  timeout 300 "$bin/cuda_backend_test" --gtest_filter='*Tiny*:*Unavailable*:*Gemma3*' \
+  timeout 300 "$bin/cuda_backend_test" --gtest_filter='*Tiny*:*Unavailable*:*Gemma3*:*ExpertPlacement*' \
     >"$out/gpu-tests-quick.log" 2>&1
   log "quick GPU tests exit $?"
   if [ -f models/gemma-3-270m-q4_k_m.gguf ]; then

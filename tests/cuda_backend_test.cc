@@ -236,6 +236,84 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                            return name + "_" + TensorTypeName(info.param.type);
                          });
 
+// A GPU memory budget on mixture-of-experts models: every placement, (a) all experts on the
+// GPU, (b) every routed expert on the host, (c) about half of them, gives the CPU f32
+// path's greedy tokens, and the device never holds more than the budget. A budget below
+// what the GPU must hold is a clear error at load, from the backend and from the engine.
+TEST(CudaExpertPlacementTest, EveryPlacementMatchesTheCpuF32PathWithinItsBudget) {
+  HETERO_SKIP_WITHOUT_GPU();
+  struct Shape {
+    std::string architecture;
+    TensorType type;
+    int experts, used, ff, shared_ff;
+  };
+  for (const Shape& shape : {Shape{"qwen2moe", TensorType::kQ8_0, 4, 2, 64, 96},
+                             Shape{"olmoe", TensorType::kQ4_1, 8, 3, 32, 0},
+                             Shape{"llama", TensorType::kF16, 4, 2, 64, 0}}) {
+    testing::TinyModelOptions o;
+    o.architecture = shape.architecture;
+    o.weight_type = shape.type;
+    o.n_embd = 128;
+    o.n_heads = 4;
+    o.n_kv_heads = 2;
+    o.n_ff = 160;
+    o.n_experts = shape.experts;
+    o.n_experts_used = shape.used;
+    o.n_ff_expert = shape.ff;
+    o.n_ff_shared = shape.shared_ff;
+    const std::string path = testing::WriteTinyModel(o, "cuda_budget_" + o.architecture + ".gguf");
+    auto model = Model::Load(path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto cpu = CpuReference(**model);
+    ASSERT_TRUE(cpu);
+    ExpertPlacementFacts seen;
+    const auto make = [&](uint64_t budget) {
+      CudaBackendOptions options;
+      options.kv_capacity_tokens = 1024;
+      options.max_sequences = 8;
+      options.memory_budget_bytes = budget;
+      options.host_threads = 2;
+      options.place_experts = [&](const ExpertPlacementFacts& facts) {
+        seen = facts;
+        return PlaceExpertsWithinBudget(facts);
+      };
+      return CudaBackend::Create(**model, options);
+    };
+    {
+      auto all = make(uint64_t{1} << 40);
+      ASSERT_TRUE(all.ok()) << all.status();
+    }
+    ASSERT_FALSE(seen.layers.empty());
+    uint64_t expert_bytes = 0;
+    for (const ExpertLayerFacts& l : seen.layers) expert_bytes += l.experts * l.bytes_per_expert;
+    const uint64_t fixed = seen.fixed_bytes;
+    for (const auto& [label, budget] : std::vector<std::pair<std::string, uint64_t>>{
+             {"all experts on the gpu", fixed + expert_bytes},
+             {"routed experts on the cpu", fixed},
+             {"about half on the gpu", fixed + expert_bytes / 2}}) {
+      auto gpu = make(budget);
+      ASSERT_TRUE(gpu.ok()) << label << ": " << gpu.status();
+      EXPECT_LE((*gpu)->info().weight_bytes, budget) << label;
+      std::printf("%s %s, %s: %s; %llu of a budget of %llu bytes\n", o.architecture.c_str(),
+                  TensorTypeName(o.weight_type).c_str(), label.c_str(), (*gpu)->info().weight_format.c_str(),
+                  static_cast<unsigned long long>((*gpu)->info().weight_bytes), static_cast<unsigned long long>(budget));
+      for (int length : {1, 9, 37}) {
+        const Comparison c = CompareGreedy(**gpu, *cpu, RandomTokens(length, o.n_vocab, length + 3), 12);
+        EXPECT_EQ(c.equal_steps, 12) << label << ", prompt " << length;
+        EXPECT_LE(c.worst_l2, 2e-2) << label << ", prompt " << length;
+      }
+    }
+    auto too_small = make(fixed - 1);
+    ASSERT_FALSE(too_small.ok());
+    EXPECT_EQ(too_small.status().code(), absl::StatusCode::kResourceExhausted) << too_small.status();
+    EngineOptions engine_options;
+    engine_options.gpu_memory_budget_bytes = 4096;
+    auto engine = Engine::Create(path, engine_options);
+    ASSERT_FALSE(engine.ok());
+    EXPECT_EQ(engine.status().code(), absl::StatusCode::kResourceExhausted) << engine.status();
+  }
+}
+
 // Gemma 3 270M (Q4_K_M; `bash scripts/setup.sh --model gemma3`, or HETERO_GEMMA3_MODEL) on
 // the GPU against the CPU f32 path, on the prompts of its float64 reference
 // (tests/data/gemma3_reference.json): the greedy continuations agree up to the first

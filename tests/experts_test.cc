@@ -78,13 +78,10 @@ void AddFfn(const float* gate, const float* up, const float* down, int ff, const
   }
 }
 
-// The block in float64, from the definition's words: softmax over the router's logits,
-// the kUsed most probable (ties to the lower id), weights renormalised or not, plus the
-// shared expert times sigmoid(h . shared_input).
-std::vector<double> Reference(const Block& b, const std::vector<float>& h, bool normalize, bool shared) {
-  std::vector<double> out(static_cast<size_t>(kRows) * kEmbd, 0.0);
-  for (int r = 0; r < kRows; ++r) {
-    const float* x = h.data() + r * kEmbd;
+// Row r's choice in float64, from the definition's words: softmax over the router's
+// logits, the kUsed most probable (ties to the lower id), ascending by id, with their
+// weights renormalised or not.
+std::vector<std::pair<int, double>> Choose(const Block& b, const float* x, bool normalize) {
     std::vector<double> p(kExperts);
     double top = -1e300, sum = 0;
     for (int e = 0; e < kExperts; ++e) {
@@ -98,13 +95,24 @@ std::vector<double> Reference(const Block& b, const std::vector<float>& h, bool 
     std::vector<int> order(kExperts);
     for (int e = 0; e < kExperts; ++e) order[e] = e;
     std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return p[a] > p[c]; });
+    std::sort(order.begin(), order.begin() + kUsed);
     double chosen = 0;
     for (int i = 0; i < kUsed; ++i) chosen += p[order[i]];
+    std::vector<std::pair<int, double>> out;
+    for (int i = 0; i < kUsed; ++i) out.emplace_back(order[i], normalize ? p[order[i]] / chosen : p[order[i]]);
+    return out;
+}
+
+// The block in float64: the chosen experts' weighted sum (Choose), plus the shared expert
+// times sigmoid(h . shared_input).
+std::vector<double> Reference(const Block& b, const std::vector<float>& h, bool normalize, bool shared) {
+  std::vector<double> out(static_cast<size_t>(kRows) * kEmbd, 0.0);
+  for (int r = 0; r < kRows; ++r) {
+    const float* x = h.data() + r * kEmbd;
     std::vector<double> row(kEmbd, 0.0);
-    for (int i = 0; i < kUsed; ++i) {
-      const int e = order[i];
+    for (const auto& [e, weight] : Choose(b, x, normalize)) {
       const size_t m = static_cast<size_t>(e) * kFf * kEmbd;
-      AddFfn(b.gate.data() + m, b.up.data() + m, b.down.data() + m, kFf, x, normalize ? p[e] / chosen : p[e], row);
+      AddFfn(b.gate.data() + m, b.up.data() + m, b.down.data() + m, kFf, x, weight, row);
     }
     if (shared) {
       double dot = 0;
@@ -176,6 +184,68 @@ TEST(CpuExpertsTest, MatchesAFloat64Implementation) {
 TEST(CpuExpertsTest, EqualProbabilitiesChooseTheLowerExpertIds) {
   CheckBlock(/*zero_router=*/true, /*normalize=*/false, /*shared=*/false);
   CheckBlock(/*zero_router=*/true, /*normalize=*/true, /*shared=*/true);
+}
+
+// The GPU's experts on the host: two blocks holding the even and the odd experts, each
+// given the same choices, sum to the float64 routed sum; the shared expert is not added.
+TEST(CpuExpertsTest, ChosenExpertsSplitAcrossTwoHoldersSumToTheReference) {
+  std::mt19937 rng(31);
+  const Block block = RandomBlock(/*zero_router=*/false, rng);
+  const std::vector<uint8_t> bytes = BlockFile(block);
+  auto file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ExpertsDefinition d;
+  d.router = "router";
+  d.gate = "gate";
+  d.up = "up";
+  d.down = "down";
+  d.count = kExperts;
+  d.used = kUsed;
+  d.n_ff = kFf;
+  d.normalize_weights = true;
+  d.shared_gate_input = "shared_input";  // present, and left out by ForwardChosen
+  d.shared_gate = "shared_gate";
+  d.shared_up = "shared_up";
+  d.shared_down = "shared_down";
+  d.shared_n_ff = kSharedFf;
+  LinearContext dnnl;
+  const auto make = [&](const GgufTensorInfo& t) { return MakeOneDnnLinear(dnnl, t, MatmulPrecision::kF32); };
+  std::vector<bool> even(kExperts), odd(kExperts);
+  for (int e = 0; e < kExperts; ++e) (e % 2 == 0 ? even : odd)[e] = true;
+  auto evens = CpuExperts::Create(**file, d, FfnActivation::kSilu, make, &even);
+  auto odds = CpuExperts::Create(**file, d, FfnActivation::kSilu, make, &odd);
+  ASSERT_TRUE(evens.ok() && odds.ok());
+  EXPECT_EQ((*evens)->matrices().size(), 3u * ((kExperts + 1) / 2) + 3);  // the even experts, and the shared one
+  const std::vector<float> h = Random(static_cast<size_t>(kRows) * kEmbd, 1.5f, rng);
+  std::vector<int32_t> choices;
+  std::vector<float> weights;
+  for (int r = 0; r < kRows; ++r) {
+    for (const auto& [e, w] : Choose(block, h.data() + r * kEmbd, /*normalize=*/true)) {
+      choices.push_back(e);
+      weights.push_back(static_cast<float>(w));
+    }
+  }
+  std::vector<float> a(h.size(), 7.0f), b(h.size(), 7.0f);  // overwritten, not added to
+  LinearScratch scratch;
+  ASSERT_TRUE((*evens)->ForwardChosen(h.data(), kRows, choices.data(), weights.data(), even, a.data(), scratch).ok());
+  ASSERT_TRUE((*odds)->ForwardChosen(h.data(), kRows, choices.data(), weights.data(), odd, b.data(), scratch).ok());
+  const std::vector<double> want = Reference(block, h, /*normalize=*/true, /*shared=*/false);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double got = static_cast<double>(a[i]) + b[i];
+    diff += (got - want[i]) * (got - want[i]);
+    norm += want[i] * want[i];
+  }
+  EXPECT_LE(std::sqrt(diff / norm), 1e-5);
+  uint64_t evaluations = 0;
+  for (uint64_t n : (*evens)->usage()) evaluations += n;
+  for (uint64_t n : (*odds)->usage()) evaluations += n;
+  EXPECT_EQ(evaluations, static_cast<uint64_t>(kRows) * kUsed);
+  // An expert the block was not created with, or an id out of range, is an error.
+  EXPECT_FALSE((*evens)->ForwardChosen(h.data(), kRows, choices.data(), weights.data(), odd, a.data(), scratch).ok());
+  std::vector<int32_t> bad = choices;
+  bad[0] = kExperts;
+  EXPECT_FALSE((*evens)->ForwardChosen(h.data(), kRows, bad.data(), weights.data(), even, a.data(), scratch).ok());
 }
 
 CpuBackendOptions OneThread() {

@@ -64,6 +64,11 @@ struct EngineOptions {
   bool measure_energy = true;                    // joules per stage in every TaskReport
   std::string power_model;                       // JSON (docs/METRICS.md); empty:
                                                  // $HETERO_POWER_MODEL, else defaults
+  // The most device memory the model may hold on each GPU (weights, KV pool, scratch);
+  // 0: no budget. With a budget, a mixture-of-experts model keeps on the GPU what the
+  // scheduler's PlaceExperts chooses and evaluates the other routed experts on the CPU;
+  // Engine::Create fails (ResourceExhausted) when the budget cannot hold what the GPU must.
+  uint64_t gpu_memory_budget_bytes = 0;
 };
 
 // How Engine::Embed turns a text's hidden states into one vector.

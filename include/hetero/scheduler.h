@@ -6,6 +6,7 @@
 #define HETERO_SCHEDULER_H_
 
 #include <compare>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -134,12 +135,61 @@ struct TaskState {
 HETERO_EXPORT Placement ApplyPlacementRules(Stage stage, const TaskState& task, const SystemSnapshot& system,
                                             Placement proposed);
 
+// ---- Mixture-of-experts models on a GPU with a memory budget (EngineOptions::
+// gpu_memory_budget_bytes). Where the routed experts do not all fit, the GPU keeps some and
+// the CPU evaluates the rest: each such layer sends its tokens' inputs and choices to the
+// host and the experts' weighted sum back, so activations cross the bus, not weights.
+
+// One mixture-of-experts layer as the GPU would hold it.
+struct ExpertLayerFacts {
+  int layer = 0;                  // the model's layer index
+  int experts = 0;                // routed experts
+  int used = 0;                   // chosen per token
+  uint64_t bytes_per_expert = 0;  // one expert's gate, up and down matrices on the GPU
+  // The share of this layer's evaluations each expert had (`experts` entries, as measured
+  // on earlier runs); empty: unknown, taken as uniform.
+  std::vector<double> usage;
+};
+
+struct ExpertPlacementFacts {
+  Device gpu = Device::kGpu;
+  uint64_t budget_bytes = 0;  // the most device memory the model may hold
+  // What the GPU holds whatever the placement: every weight but the routed experts
+  // (embeddings, attention, norms, routers, shared experts, the output), the KV pool and
+  // the scratch buffers.
+  uint64_t fixed_bytes = 0;
+  std::vector<ExpertLayerFacts> layers;  // the mixture-of-experts layers, ascending
+};
+
+// Which routed experts the GPU holds; the CPU evaluates the others.
+struct ExpertPlacement {
+  std::vector<std::vector<bool>> on_gpu;  // per entry of facts.layers, per expert
+  std::string reason;                     // one line, for the backend's summary
+};
+
+// The built-in expert placement: (a) every expert on the GPU when all fit; otherwise (c)
+// the experts with the most expected evaluations per byte within the budget (with equal
+// usage, whole layers from the first: a layer whose experts are all resident needs no trip
+// to the host), the rest on the CPU; (b) when no expert fits beside the fixed weights.
+// ResourceExhausted, naming the sizes, when the fixed bytes alone exceed the budget.
+HETERO_EXPORT absl::StatusOr<ExpertPlacement> PlaceExpertsWithinBudget(const ExpertPlacementFacts& facts);
+// The bytes a placement keeps on the GPU beyond the fixed ones; InvalidArgument when its
+// shape does not match the facts.
+HETERO_EXPORT absl::StatusOr<uint64_t> ResidentExpertBytes(const ExpertPlacementFacts& facts,
+                                                           const ExpertPlacement& placement);
+
 class HETERO_EXPORT Scheduler {
  public:
   virtual ~Scheduler() = default;
   virtual std::string name() const = 0;
   // Must be thread-safe: several sessions may ask at once.
   virtual Placement Place(Stage stage, const TaskState& task, const SystemSnapshot& system) = 0;
+  // Called once per GPU at load for a mixture-of-experts model when the engine has a GPU
+  // memory budget. The engine refuses (at load) a placement over the budget or of the
+  // wrong shape. Default: PlaceExpertsWithinBudget.
+  virtual absl::StatusOr<ExpertPlacement> PlaceExperts(const ExpertPlacementFacts& facts) {
+    return PlaceExpertsWithinBudget(facts);
+  }
 };
 
 // "seed" (Understand, ToolCall and Embed on the CPU, Generate on a GPU), "all-cpu",

@@ -246,15 +246,19 @@ def _read_logprobs(handle):
 
 
 class Engine:
-    """A loaded model and its workers. `model_path` None: $HETERO_MODEL, then the default."""
+    """A loaded model and its workers. `model_path` None: $HETERO_MODEL, then the default.
+    `gpu_memory_budget_bytes`: the most device memory the model may hold on each GPU (0:
+    no budget); a mixture-of-experts model then keeps the experts that do not fit on the CPU."""
 
-    def __init__(self, model_path=None, threads=0, scheduler="seed", max_sessions=0):
+    def __init__(self, model_path=None, threads=0, scheduler="seed", max_sessions=0, gpu_memory_budget_bytes=0):
         options = _lib.EngineOptions()
         _c.hetero_engine_options_default(ctypes.byref(options))
         options.model_path = _args.path(model_path, "model_path")
         options.threads = _args.integer(threads, "threads", minimum=0, maximum=1 << 16)
         options.scheduler = _args.text(scheduler, "scheduler")
         options.max_sessions = _args.integer(max_sessions, "max_sessions", minimum=0, maximum=(1 << 31) - 1)
+        options.gpu_memory_budget_bytes = _args.integer(gpu_memory_budget_bytes, "gpu_memory_budget_bytes", minimum=0,
+                                                        maximum=(1 << 64) - 1)
         self._handle = ctypes.c_void_p()
         _check(_c.hetero_engine_create(ctypes.byref(options), ctypes.byref(self._handle)))
 

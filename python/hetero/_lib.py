@@ -51,7 +51,7 @@ class EngineOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("model_path", ctypes.c_char_p), ("threads", ctypes.c_int32),
                 ("scheduler", ctypes.c_char_p), ("max_sessions", ctypes.c_int32),
                 ("scheduler_callback", ctypes.c_void_p), ("scheduler_user_data", ctypes.c_void_p),
-                ("scheduler_name", ctypes.c_char_p)]
+                ("scheduler_name", ctypes.c_char_p), ("gpu_memory_budget_bytes", ctypes.c_uint64)]
 
 
 TOOL_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)

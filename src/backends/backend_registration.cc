@@ -56,7 +56,15 @@ absl::StatusOr<std::vector<DeviceSlot>> CreateDeviceBackends(const Model& model,
     gpu.kv_capacity_tokens = request.kv_capacity_tokens;
     gpu.kv_block_tokens = request.kv_block_tokens;
     gpu.share_kv_prefixes = request.share_kv_prefixes;
+    gpu.memory_budget_bytes = request.gpu_memory_budget_bytes;
+    gpu.place_experts = request.place_experts;
+    gpu.host_threads = cpu.threads;
     absl::StatusOr<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(model, gpu);
+    if (!created.ok() && request.gpu_memory_budget_bytes > 0 && absl::IsResourceExhausted(created.status())) {
+      // The caller's budget cannot work: say so at load rather than run without the GPU.
+      return absl::ResourceExhaustedError(absl::StrCat("GPU memory budget on ", info.name, ": ",
+                                                       created.status().message()));
+    }
     if (created.ok()) {
       slots.push_back(DeviceSlot{Device::Gpu(info.index), std::move(*created), ""});
     } else {

@@ -40,7 +40,11 @@ float RouterDot(const float* x, const float* w, int n) {
 
 absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& file, const ExpertsDefinition& d,
                                                                FfnActivation activation,
-                                                               const MakeLinearFn& make_linear) {
+                                                               const MakeLinearFn& make_linear,
+                                                               const std::vector<bool>* only) {
+  if (only != nullptr && only->size() != static_cast<size_t>(d.count)) {
+    return absl::InvalidArgumentError("CpuExperts: the mask does not name every expert");
+  }
   auto block = std::unique_ptr<CpuExperts>(new CpuExperts());
   block->def_ = d;
   block->activation_ = activation;
@@ -49,6 +53,7 @@ absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& f
   HETERO_ASSIGN_OR_RETURN(block->router_, LoadFloatTensor(file, d.router));
   block->experts_.resize(d.count);
   for (int e = 0; e < d.count; ++e) {
+    if (only != nullptr && !(*only)[e]) continue;
     Expert& x = block->experts_[e];
     HETERO_ASSIGN_OR_RETURN(x.gate, make_linear(ExpertMatrix(file, d.gate, e)));
     HETERO_ASSIGN_OR_RETURN(x.up, make_linear(ExpertMatrix(file, d.up, e)));
@@ -68,6 +73,7 @@ absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& f
 std::vector<const Linear*> CpuExperts::matrices() const {
   std::vector<const Linear*> out;
   for (const Expert* x = experts_.data(); x != experts_.data() + experts_.size(); ++x) {
+    if (x->gate == nullptr) continue;
     out.insert(out.end(), {x->gate.get(), x->up.get(), x->down.get()});
   }
   if (shared_.gate != nullptr) out.insert(out.end(), {shared_.gate.get(), shared_.up.get(), shared_.down.get()});
@@ -115,8 +121,35 @@ void CpuExperts::Route(const float* h, int rows) {
 }
 
 absl::Status CpuExperts::Forward(const float* h, int rows, float* out, LinearScratch& scratch) {
-  const int E = n_embd_, F = def_.n_ff, k = def_.used;
   Route(h, rows);
+  HETERO_RETURN_IF_ERROR(RoutedSum(h, rows, out, scratch));
+  return AddShared(h, rows, out, scratch);
+}
+
+absl::Status CpuExperts::ForwardChosen(const float* h, int rows, const int32_t* choices, const float* weights,
+                                       const std::vector<bool>& here, float* out, LinearScratch& scratch) {
+  const int n = def_.count, k = def_.used;
+  if (here.size() != static_cast<size_t>(n)) return absl::InvalidArgumentError("ForwardChosen: mask size");
+  choices_.assign(choices, choices + static_cast<size_t>(rows) * k);
+  weights_.assign(weights, weights + static_cast<size_t>(rows) * k);
+  for (std::vector<int>& r : rows_of_) r.clear();
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < k; ++i) {
+      const int e = choices_[static_cast<size_t>(r) * k + i];
+      if (e < 0 || e >= n) return absl::InvalidArgumentError(absl::StrCat("ForwardChosen: expert id ", e, " of ", n));
+      if (!here[e]) continue;
+      if (experts_[e].gate == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat("ForwardChosen: expert ", e, " was not loaded here"));
+      }
+      rows_of_[e].push_back(r);
+      ++usage_[e];
+    }
+  }
+  return RoutedSum(h, rows, out, scratch);
+}
+
+absl::Status CpuExperts::RoutedSum(const float* h, int rows, float* out, LinearScratch& scratch) {
+  const int E = n_embd_, F = def_.n_ff, k = def_.used;
   // Stack each chosen expert's rows (in expert order) and give every choice its slot there.
   const size_t total = static_cast<size_t>(rows) * k;
   gathered_.resize(total * E);
@@ -160,10 +193,16 @@ absl::Status CpuExperts::Forward(const float* h, int rows, float* out, LinearScr
     std::fill_n(y, E, 0.0f);
     for (int i = 0; i < k; ++i) {
       const int e = choices_[static_cast<size_t>(r) * k + i];
+      if (next[e] >= static_cast<int>(rows_of_[e].size())) continue;  // not evaluated here (ForwardChosen)
       const float* part = down_.data() + static_cast<size_t>(first_slot[e] + next[e]++) * E;
       AddScaledInPlace(y, part, weights_[static_cast<size_t>(r) * k + i], E);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuExperts::AddShared(const float* h, int rows, float* out, LinearScratch& scratch) {
+  const int E = n_embd_;
   if (shared_.gate == nullptr) return absl::OkStatus();
   const int S = def_.shared_n_ff;
   shared_gate_.resize(static_cast<size_t>(rows) * S);

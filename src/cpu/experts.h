@@ -27,11 +27,20 @@ class CpuExperts {
   // How the backend builds one expert matrix (its choice of kernel and precision).
   using MakeLinearFn = std::function<absl::StatusOr<std::unique_ptr<Linear>>(const GgufTensorInfo&)>;
 
+  // `only` (count entries): create just the marked experts' matrices (ForwardChosen's).
   static absl::StatusOr<std::unique_ptr<CpuExperts>> Create(const GgufFile& file, const ExpertsDefinition& definition,
-                                                            FfnActivation activation, const MakeLinearFn& make_linear);
+                                                            FfnActivation activation, const MakeLinearFn& make_linear,
+                                                            const std::vector<bool>* only = nullptr);
 
   // out (rows x n_embd) = the block's output for its input h (rows x n_embd).
   absl::Status Forward(const float* h, int rows, float* out, LinearScratch& scratch);
+
+  // The routed experts alone, for a device that chose them and holds the others (the GPU's
+  // experts on the host): out (rows x n_embd) = each row's sum of weight x expert(h) over
+  // its chosen experts (choices, weights: rows x used) that `here` marks, zeros for rows
+  // with none. No router, no shared expert. Every marked expert must have been created.
+  absl::Status ForwardChosen(const float* h, int rows, const int32_t* choices, const float* weights,
+                             const std::vector<bool>& here, float* out, LinearScratch& scratch);
 
   // Every matrix the block holds (experts, shared expert), for the backend's summary.
   std::vector<const Linear*> matrices() const;
@@ -47,6 +56,10 @@ class CpuExperts {
   // Fills choices_ (rows x used expert ids, ascending), weights_ and slots_ from the
   // router's logits, and rows_of_.
   void Route(const float* h, int rows);
+  // out = the routed experts' weighted sum for the choices in choices_/weights_, over the
+  // experts with rows in rows_of_.
+  absl::Status RoutedSum(const float* h, int rows, float* out, LinearScratch& scratch);
+  absl::Status AddShared(const float* h, int rows, float* out, LinearScratch& scratch);
 
   ExpertsDefinition def_;
   FfnActivation activation_;

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hetero/devices.h"
+#include "src/cpu/host_experts.h"
 #include "src/runtime/rope.h"
 #include "src/gpu/cuda_module_abi.h"
 #include "src/gpu/cuda_module_loader.h"
@@ -118,6 +120,17 @@ CudaBackend::CudaBackend(const Model& model, const CudaBackendOptions& options)
 
 CudaBackend::~CudaBackend() {
   if (device_model_ != nullptr) api_->destroy(device_model_);
+}
+
+int32_t CudaBackend::RunHostExperts(void* self, int32_t layer, int32_t rows, const float* h, const int32_t* choices,
+                                    const float* weights, float* out, char* message, size_t message_size) {
+  auto* backend = static_cast<CudaBackend*>(self);
+  const absl::Status s = backend->host_experts_ == nullptr
+                             ? absl::FailedPreconditionError("no host experts")
+                             : backend->host_experts_->Evaluate(layer, rows, h, choices, weights, out);
+  if (s.ok()) return 0;
+  std::snprintf(message, message_size, "%s", std::string(s.message()).c_str());
+  return 1;
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const Model& model, const CudaBackendOptions& options) {
@@ -273,7 +286,57 @@ absl::Status CudaBackend::Init() {
     l.up = h.up.view;
     l.down = h.down.view;
   }
+  // Where the GPU holds only some routed experts: each MoE layer's slot map and matrices
+  // compacted to the held experts (`keep`, per layer; empty for a dense layer).
+  struct Held {
+    std::vector<int32_t> slot;
+    std::vector<uint8_t> blocks[3];
+    std::vector<uint16_t> f16[3];
+  };
+  std::vector<Held> held(c.n_layers);
+  const auto hold = [&](const std::vector<std::vector<bool>>& keep) {
+    for (int i = 0; i < c.n_layers; ++i) {
+      if (keep[i].empty()) continue;
+      const int count = def.layers[i].experts.count;
+      Held& k = held[i];
+      k.slot.assign(count, -1);
+      int n = 0;
+      for (int e = 0; e < count; ++e) {
+        if (keep[i][e]) k.slot[e] = n++;
+      }
+      const PreparedMatrix* from[3] = {&host[i].expert_gate, &host[i].expert_up, &host[i].expert_down};
+      hetero_cuda_matrix* to[3] = {&layers[i].expert_gate, &layers[i].expert_up, &layers[i].expert_down};
+      for (int m = 0; m < 3; ++m) {
+        const hetero_cuda_matrix& src = from[m]->view;
+        hetero_cuda_matrix& dst = *to[m];
+        dst = src;
+        dst.rows = src.rows / count * n;
+        k.blocks[m].clear();
+        k.f16[m].clear();
+        if (src.blocks != nullptr) {
+          const size_t per = src.blocks_bytes / count;
+          for (int e = 0; e < count; ++e) {
+            if (!keep[i][e]) continue;
+            const auto* b = static_cast<const uint8_t*>(src.blocks) + per * e;
+            k.blocks[m].insert(k.blocks[m].end(), b, b + per);
+          }
+          dst.blocks = k.blocks[m].empty() ? nullptr : k.blocks[m].data();
+          dst.blocks_bytes = k.blocks[m].size();
+        }
+        if (src.f16 != nullptr) {
+          const size_t per = static_cast<size_t>(src.rows / count) * src.cols;
+          for (int e = 0; e < count; ++e) {
+            if (keep[i][e]) k.f16[m].insert(k.f16[m].end(), src.f16 + per * e, src.f16 + per * (e + 1));
+          }
+          dst.f16 = k.f16[m].empty() ? nullptr : k.f16[m].data();
+        }
+      }
+      layers[i].expert_slot = k.slot.data();
+    }
+  };
   hetero_cuda_model_desc d{};
+  d.host_experts = &CudaBackend::RunHostExperts;
+  d.host_experts_context = this;
   d.n_layers = c.n_layers;
   d.n_embd = c.n_embd;
   d.n_heads = c.n_heads;
@@ -305,8 +368,77 @@ absl::Status CudaBackend::Init() {
   d.output = output.view;
   d.layers = layers.data();
   char message[512] = {};
-  HETERO_RETURN_IF_ERROR(ModuleStatus(api.create(&d, &device_model_, message, sizeof message), "creating the model",
-                                      message));
+  const auto create = [&]() -> absl::Status {
+    if (device_model_ != nullptr) api.destroy(device_model_);
+    device_model_ = nullptr;
+    return ModuleStatus(api.create(&d, &device_model_, message, sizeof message), "creating the model", message);
+  };
+  const uint64_t budget = options_.memory_budget_bytes;
+  std::string expert_placement;
+  std::vector<ExpertLayerFacts> moe;
+  for (int i = 0; i < c.n_layers; ++i) {
+    const ExpertsDefinition& e = def.layers[i].experts;
+    if (!e.present()) continue;
+    uint64_t bytes = 0;
+    for (const PreparedMatrix* m : {&host[i].expert_gate, &host[i].expert_up, &host[i].expert_down}) {
+      bytes += m->view.format == HETERO_CUDA_WEIGHTS_F16 ? static_cast<uint64_t>(m->view.rows) * m->view.cols * 2
+                                                         : m->view.blocks_bytes;
+    }
+    moe.push_back({i, e.count, e.used, bytes / e.count, {}});
+  }
+  if (budget > 0 && !moe.empty()) {
+    // What the device holds whatever the placement: measured with no routed expert on it.
+    std::vector<std::vector<bool>> keep(c.n_layers);
+    for (const ExpertLayerFacts& l : moe) keep[l.layer].assign(l.experts, false);
+    hold(keep);
+    HETERO_RETURN_IF_ERROR(create());
+    ExpertPlacementFacts facts;
+    facts.gpu = Device::Gpu(options_.device);
+    facts.budget_bytes = budget;
+    facts.fixed_bytes = api.device_bytes(device_model_);
+    facts.layers = moe;
+    api.destroy(device_model_);
+    device_model_ = nullptr;
+    if (!options_.place_experts) return absl::InvalidArgumentError("a GPU memory budget needs an expert placement policy");
+    HETERO_ASSIGN_OR_RETURN(ExpertPlacement placement, options_.place_experts(facts));
+    HETERO_ASSIGN_OR_RETURN(uint64_t resident, ResidentExpertBytes(facts, placement));
+    if (facts.fixed_bytes + resident > budget) {
+      return absl::ResourceExhaustedError(absl::StrCat("the expert placement holds ", facts.fixed_bytes + resident,
+                                                       " bytes on the GPU, over the budget of ", budget));
+    }
+    std::vector<std::vector<bool>> on_host(c.n_layers);
+    bool any_host = false;
+    for (size_t k = 0; k < moe.size(); ++k) {
+      keep[moe[k].layer] = placement.on_gpu[k];
+      std::vector<bool> off(moe[k].experts);
+      for (int e = 0; e < moe[k].experts; ++e) off[e] = !placement.on_gpu[k][e];
+      if (std::find(off.begin(), off.end(), true) != off.end()) {
+        on_host[moe[k].layer] = std::move(off);
+        any_host = true;
+      }
+    }
+    if (any_host) {
+      HETERO_ASSIGN_OR_RETURN(host_experts_, HostExperts::Create(file, def, on_host, options_.host_threads));
+      hold(keep);
+    } else {
+      for (hetero_cuda_layer& l : layers) l.expert_slot = nullptr;
+      for (const ExpertLayerFacts& l : moe) {
+        layers[l.layer].expert_gate = host[l.layer].expert_gate.view;
+        layers[l.layer].expert_up = host[l.layer].expert_up.view;
+        layers[l.layer].expert_down = host[l.layer].expert_down.view;
+      }
+    }
+    expert_placement = placement.reason;
+  }
+  HETERO_RETURN_IF_ERROR(create());
+  if (budget > 0 && api.device_bytes(device_model_) > budget) {
+    const uint64_t bytes = api.device_bytes(device_model_);
+    api.destroy(device_model_);
+    device_model_ = nullptr;
+    return absl::ResourceExhaustedError(absl::StrCat("the model needs ", bytes >> 20, " MiB of ", DeviceName(Device::Gpu(options_.device)),
+                                                     "'s memory (weights, KV cache, scratch), over the budget of ",
+                                                     budget >> 20, " MiB; raise the budget or lower kv_capacity_tokens"));
+  }
 
   const CudaDeviceInfo& dev = CudaProbe().devices[options_.device];
   info_.kind = DeviceKind::kGpu;
@@ -319,6 +451,7 @@ absl::Status CudaBackend::Init() {
                     " (no native kernel)");
   }
   info_.weight_format = absl::StrCat(decode, " for decode, float16 cuBLAS for prompts");
+  if (!expert_placement.empty()) absl::StrAppend(&info_.weight_format, "; experts: ", expert_placement);
   info_.threads = 1;
   info_.weight_bytes = api.device_bytes(device_model_);
   info_.max_sequences = max_sequences_;

@@ -6,18 +6,22 @@
 #ifndef HETERO_GPU_CUDA_BACKEND_H_
 #define HETERO_GPU_CUDA_BACKEND_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "hetero/model.h"
+#include "hetero/scheduler.h"
 #include "src/runtime/backend.h"
 #include "src/runtime/paged_backend.h"
 
 struct hetero_cuda_model;
 
 namespace hetero {
+
+class HostExperts;
 
 struct CudaBackendOptions {
   int device = 0;
@@ -26,6 +30,13 @@ struct CudaBackendOptions {
   int kv_capacity_tokens = 0;   // over all sequences; 0: four full contexts
   int max_rows_per_pass = 512;  // longer prompts run in several passes
   bool share_kv_prefixes = true;  // copy-on-write prefix sharing (src/runtime/kv_cache.h)
+  // The most device memory the model may hold (0: no budget), and the policy that places a
+  // mixture-of-experts model's routed experts within it; the others run on the host with
+  // `host_threads` threads. Create fails (ResourceExhausted) when the budget cannot hold
+  // what the device must.
+  uint64_t memory_budget_bytes = 0;
+  std::function<absl::StatusOr<ExpertPlacement>(const ExpertPlacementFacts&)> place_experts;
+  int host_threads = 1;
 };
 
 class CudaBackend : public PagedBackend {
@@ -55,6 +66,9 @@ class CudaBackend : public PagedBackend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   CudaBackend(const Model& model, const CudaBackendOptions& options);
   absl::Status Init();
+  // The module's callback for the experts it leaves to the host.
+  static int32_t RunHostExperts(void* self, int32_t layer, int32_t rows, const float* h, const int32_t* choices,
+                                const float* weights, float* out, char* message, size_t message_size);
   // One pass of the module over `rows` (at most max_rows_per_pass), logits for `logit_rows`.
   // Logits into `logits` and/or greedy choices into `greedy` (either may be null).
   absl::Status Pass(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits, int32_t* greedy)
@@ -68,6 +82,7 @@ class CudaBackend : public PagedBackend {
   BackendInfo info_;
   std::unique_ptr<Api> api_;
   hetero_cuda_model* device_model_ = nullptr;
+  std::unique_ptr<HostExperts> host_experts_;  // null: every expert on the device
 };
 
 }  // namespace hetero

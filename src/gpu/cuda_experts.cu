@@ -87,12 +87,15 @@ __global__ void ChooseExpertsKernel(const float* __restrict__ logits, int rows, 
 template <int kFormat>
 __global__ void __launch_bounds__(32 * kWarps)
     ExpertGateUpKernel(const void* gate, const void* up, const float* __restrict__ h, const int32_t* __restrict__ choices,
-                       int rows, int used, int n_ff, int n_embd, bool gelu, float* __restrict__ act) {
+                       const int32_t* __restrict__ slot_of, int rows, int used, int n_ff, int n_embd, bool gelu,
+                       float* __restrict__ act) {
   const int lane = threadIdx.x & 31;
   const int idx = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (idx >= rows * used * n_ff) return;
   const int j = idx % n_ff, slot = idx / n_ff, r = slot / used;
-  const int row = choices[slot] * n_ff + j;
+  const int held = slot_of != nullptr ? slot_of[choices[slot]] : choices[slot];
+  if (held < 0) return;  // the host's; the down kernel skips it
+  const int row = held * n_ff + j;
   const float* x = h + static_cast<size_t>(r) * n_embd;
   float g = 0.0f, u = 0.0f;
   for (int unit = lane; unit < n_embd / 16; unit += 32) {
@@ -112,8 +115,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <int kFormat>
 __global__ void __launch_bounds__(32 * kWarps)
     ExpertDownKernel(const void* down, const float* __restrict__ act, const int32_t* __restrict__ choices,
-                     const float* __restrict__ weights, int rows, int used, int n_ff, int n_embd, float* out,
-                     bool accumulate, float scale) {
+                     const int32_t* __restrict__ slot_of, const float* __restrict__ weights, int rows, int used, int n_ff,
+                     int n_embd, float* out, bool accumulate, float scale) {
   const int lane = threadIdx.x & 31;
   const int idx = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (idx >= rows * n_embd) return;
@@ -121,7 +124,9 @@ __global__ void __launch_bounds__(32 * kWarps)
   float v = 0.0f;
   for (int i = 0; i < used; ++i) {
     const int slot = r * used + i;
-    const int row = choices[slot] * n_embd + j;
+    const int held = slot_of != nullptr ? slot_of[choices[slot]] : choices[slot];
+    if (held < 0) continue;
+    const int row = held * n_embd + j;
     const float* x = act + static_cast<size_t>(slot) * n_ff;
     float s = 0.0f;
     for (int unit = lane; unit < n_ff / 16; unit += 32) {
@@ -146,18 +151,23 @@ __global__ void AddGatedSharedKernel(const float* __restrict__ h, const float* _
   for (int i = threadIdx.x; i < n_embd; i += blockDim.x) out[base + i] += share * shared[base + i];
 }
 
+__global__ void AddScaledKernel(float* __restrict__ out, const float* __restrict__ add, size_t n, float scale) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] += scale * add[i];
+}
+
 int Blocks(size_t warps) { return static_cast<int>((warps + kWarps - 1) / kWarps); }
 
 template <int kFormat>
 void GateUp(const ExpertStep& s, cudaStream_t stream) {
   ExpertGateUpKernel<kFormat><<<Blocks(static_cast<size_t>(s.rows) * s.used * s.n_ff), 32 * kWarps, 0, stream>>>(
-      s.gate, s.up, s.h, s.choices, s.rows, s.used, s.n_ff, s.n_embd, s.gelu, s.act);
+      s.gate, s.up, s.h, s.choices, s.slot_of, s.rows, s.used, s.n_ff, s.n_embd, s.gelu, s.act);
 }
 
 template <int kFormat>
 void Down(const ExpertStep& s, cudaStream_t stream) {
   ExpertDownKernel<kFormat><<<Blocks(static_cast<size_t>(s.rows) * s.n_embd), 32 * kWarps, 0, stream>>>(
-      s.down, s.act, s.choices, s.weights, s.rows, s.used, s.n_ff, s.n_embd, s.out, s.accumulate, s.scale);
+      s.down, s.act, s.choices, s.slot_of, s.weights, s.rows, s.used, s.n_ff, s.n_embd, s.out, s.accumulate, s.scale);
 }
 
 }  // namespace
@@ -171,9 +181,20 @@ cudaError_t LaunchExperts(const ExpertStep& s, cudaStream_t stream) {
       s.h, s.router, s.rows, s.n_embd, s.n_experts, s.logits);
   ChooseExpertsKernel<<<(s.rows + 127) / 128, 128, 0, stream>>>(s.logits, s.rows, s.n_experts, s.used, s.normalize,
                                                                 s.choices, s.weights);
+  if (s.gate == nullptr) {  // the device holds none of this layer's experts: the host adds them all
+    if (!s.accumulate) {
+      const cudaError_t e = cudaMemsetAsync(s.out, 0, static_cast<size_t>(s.rows) * s.n_embd * sizeof(float), stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaGetLastError();
+  }
   if (!WithGemvFormat(s.gate_up_format, [&](auto f) { GateUp<decltype(f)::value>(s, stream); })) return cudaErrorInvalidValue;
   if (!WithGemvFormat(s.down_format, [&](auto f) { Down<decltype(f)::value>(s, stream); })) return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+void LaunchAddScaled(float* out, const float* add, size_t n, float scale, cudaStream_t stream) {
+  AddScaledKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(out, add, n, scale);
 }
 
 void LaunchAddGatedShared(const float* h, const float* gate_input, const float* shared, int rows, int n_embd, float scale,

@@ -120,6 +120,9 @@ struct ExpertStep {
   const float* router = nullptr;  // n_experts x n_embd
   int gate_up_format = 0, down_format = 0;
   const void *gate = nullptr, *up = nullptr, *down = nullptr;
+  // Each expert's slot in gate/up/down (n_experts entries; null: its id); -1: not held
+  // here, the choice contributes nothing (the host evaluates it).
+  const int32_t* slot_of = nullptr;
   // Scratch: rows x n_experts logits, rows x used choices and weights, rows x used x n_ff act.
   float* logits = nullptr;
   int32_t* choices = nullptr;
@@ -134,6 +137,9 @@ cudaError_t LaunchExperts(const ExpertStep& step, cudaStream_t stream);
 // shared expert joining the routed sum).
 void LaunchAddGatedShared(const float* h, const float* gate_input, const float* shared, int rows, int n_embd, float scale,
                           float* out, cudaStream_t stream);
+
+// out[i] += scale * add[i] for i < n (the host's experts joining the device's).
+void LaunchAddScaled(float* out, const float* add, size_t n, float scale, cudaStream_t stream);
 
 // out[r] = the first index of the largest of logits[r * n .. r * n + n).
 void LaunchArgmax(const float* logits, int rows, int n, int32_t* out, cudaStream_t stream);

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -30,6 +31,9 @@
 #define HETERO_CUDA_MODULE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace hetero::gpu {
+
+struct Model;
+
 namespace {
 
 struct Layer {
@@ -43,6 +47,13 @@ struct Layer {
   bool normalize_expert_weights = false;
   DeviceBuffer router, shared_gate_input;
   Matrix expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down;
+  DeviceBuffer expert_slot;  // with experts on the host: each expert's slot here, or -1
+  bool host_experts = false;
+  // The host callback's argument for this layer (its address is captured in the graphs).
+  struct HostCall {
+    Model* model = nullptr;
+    int layer = 0;
+  } host_call;
   // Float16 copies of [q; k; v] and [gate; up], each one matrix for cuBLAS.
   DeviceBuffer qkv_f16, gate_up_f16;
   Matrix q, k, v, o, gate, up, down;
@@ -67,6 +78,15 @@ struct Model {
   // Mixture-of-experts scratch (only with such layers): the normed input, router logits,
   // each row's choices and weights, the experts' activations, the shared expert's.
   DeviceBuffer moe_h, moe_logits, moe_choices, moe_weights, moe_act, shared_act, shared_out;
+  // Experts on the host (hetero_cuda_host_experts_fn): its inputs and output in pinned
+  // memory, the output's device copy, the rows of the pass in flight (the captured host
+  // nodes read it when they run), and the first failure the callback reported.
+  PinnedBuffer host_in, host_out;
+  DeviceBuffer host_out_device;
+  int host_rows = 0;
+  size_t host_used = 0;  // the most experts per token over the layers
+  std::atomic<bool> host_failed{false};
+  char host_message[512] = {};
   // Inputs at fixed device addresses (the captured graphs read them there), in one buffer
   // so that one copy moves them: tokens, positions, seq_of_row, logit_rows (max_rows
   // each), then the block tables.
@@ -97,8 +117,10 @@ struct Model {
         total += m->device_bytes();
       }
     }
+    for (const auto& l : layers) total += l->expert_slot.bytes;
     for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &greedy, &inputs, &moe_h,
-                                  &moe_logits, &moe_choices, &moe_weights, &moe_act, &shared_act, &shared_out}) {
+                                  &moe_logits, &moe_choices, &moe_weights, &moe_act, &shared_act, &shared_out,
+                                  &host_out_device}) {
       total += b->bytes;
     }
     return total;
@@ -234,6 +256,16 @@ struct Model {
       HETERO_FAILURE_TRY(moe_weights.Allocate(rows * most_used * sizeof(float), "cudaMalloc(scratch)"));
       HETERO_FAILURE_TRY(moe_act.Allocate(rows * most_used * most_expert_ff * sizeof(float), "cudaMalloc(scratch)"));
     }
+    bool any_host = false;
+    for (const auto& l : layers) any_host = any_host || l->host_experts;
+    if (any_host) {
+      if (c.host_experts == nullptr) return Invalid("experts left to the host, but no host_experts function");
+      host_used = most_used;
+      // h, then choices, then weights.
+      HETERO_FAILURE_TRY(host_in.Allocate(rows * (c.n_embd + 2 * most_used) * sizeof(float)));
+      HETERO_FAILURE_TRY(host_out.Allocate(rows * c.n_embd * sizeof(float)));
+      HETERO_FAILURE_TRY(host_out_device.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
+    }
     if (most_shared_ff > 0) {
       HETERO_FAILURE_TRY(shared_act.Allocate(rows * most_shared_ff * sizeof(float), "cudaMalloc(scratch)"));
       HETERO_FAILURE_TRY(shared_out.Allocate(rows * c.n_embd * sizeof(float), "cudaMalloc(scratch)"));
@@ -254,11 +286,26 @@ struct Model {
       return Invalid(where + "bad expert counts (at most " + std::to_string(kMaxExpertsUsed) +
                      " of at most 1024 experts per token) or no router");
     }
-    const size_t stacked = static_cast<size_t>(src.n_experts) * src.expert_n_ff;
-    if (static_cast<size_t>(src.expert_gate.rows) != stacked || src.expert_gate.cols != c.n_embd ||
-        static_cast<size_t>(src.expert_up.rows) != stacked || src.expert_up.cols != c.n_embd ||
-        static_cast<size_t>(src.expert_down.rows) != static_cast<size_t>(src.n_experts) * c.n_embd ||
-        src.expert_down.cols != src.expert_n_ff) {
+    // With a slot map, the matrices hold the experts that have a slot (0..held-1, each once).
+    int held = src.n_experts;
+    if (src.expert_slot != nullptr) {
+      std::vector<int> seen;
+      for (int e = 0; e < src.n_experts; ++e) {
+        if (src.expert_slot[e] >= 0) seen.push_back(src.expert_slot[e]);
+        if (src.expert_slot[e] < -1) return Invalid(where + "expert slot below -1");
+      }
+      std::sort(seen.begin(), seen.end());
+      for (size_t k = 0; k < seen.size(); ++k) {
+        if (seen[k] != static_cast<int>(k)) return Invalid(where + "expert slots are not 0..n-1, each once");
+      }
+      held = static_cast<int>(seen.size());
+      l.host_experts = held < src.n_experts;
+    }
+    const size_t stacked = static_cast<size_t>(held) * src.expert_n_ff;
+    if ((held > 0 && (src.expert_gate.cols != c.n_embd || src.expert_up.cols != c.n_embd ||
+                      src.expert_down.cols != src.expert_n_ff)) ||
+        static_cast<size_t>(src.expert_gate.rows) != stacked || static_cast<size_t>(src.expert_up.rows) != stacked ||
+        static_cast<size_t>(src.expert_down.rows) != static_cast<size_t>(held) * c.n_embd) {
       return Invalid(where + "expert matrix shapes do not match the expert counts");
     }
     if (src.expert_gate.format != src.expert_up.format) {
@@ -270,9 +317,15 @@ struct Model {
     l.normalize_expert_weights = src.normalize_expert_weights != 0;
     HETERO_FAILURE_TRY(l.router.Upload(src.router, static_cast<size_t>(src.n_experts) * c.n_embd * sizeof(float),
                                        "cudaMalloc(router)"));
-    HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate", nullptr, /*gemv_only=*/true));
-    HETERO_FAILURE_TRY(l.expert_up.Upload(src.expert_up, "expert up", nullptr, /*gemv_only=*/true));
-    HETERO_FAILURE_TRY(l.expert_down.Upload(src.expert_down, "expert down", nullptr, /*gemv_only=*/true));
+    if (src.expert_slot != nullptr) {
+      HETERO_FAILURE_TRY(l.expert_slot.Upload(src.expert_slot, src.n_experts * sizeof(int32_t), "cudaMalloc(expert slots)"));
+    }
+    l.host_call = {this, i};
+    if (held > 0) {
+      HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate", nullptr, /*gemv_only=*/true));
+      HETERO_FAILURE_TRY(l.expert_up.Upload(src.expert_up, "expert up", nullptr, /*gemv_only=*/true));
+      HETERO_FAILURE_TRY(l.expert_down.Upload(src.expert_down, "expert down", nullptr, /*gemv_only=*/true));
+    }
     if (src.shared_gate_input == nullptr) return {};
     if (src.shared_n_ff <= 0 || src.shared_gate.rows != src.shared_n_ff || src.shared_gate.cols != c.n_embd ||
         src.shared_up.rows != src.shared_n_ff || src.shared_up.cols != c.n_embd || src.shared_down.rows != c.n_embd ||
@@ -305,9 +358,11 @@ struct Model {
     step.router = l.router.as<float>();
     step.gate_up_format = l.expert_gate.format;
     step.down_format = l.expert_down.format;
-    step.gate = l.expert_gate.gemv_weights();
-    step.up = l.expert_up.gemv_weights();
-    step.down = l.expert_down.gemv_weights();
+    const bool any_held = l.expert_gate.rows > 0;
+    step.gate = any_held ? l.expert_gate.gemv_weights() : nullptr;
+    step.up = any_held ? l.expert_up.gemv_weights() : nullptr;
+    step.down = any_held ? l.expert_down.gemv_weights() : nullptr;
+    step.slot_of = l.expert_slot.bytes > 0 ? l.expert_slot.as<int32_t>() : nullptr;
     step.logits = moe_logits.as<float>();
     step.choices = moe_choices.as<int32_t>();
     step.weights = moe_weights.as<float>();
@@ -316,6 +371,24 @@ struct Model {
     step.accumulate = accumulate;
     step.scale = c.residual_scale;
     HETERO_CUDA_TRY(LaunchExperts(step, stream));
+    if (l.host_experts) {
+      // The host's experts: their inputs down, the callback in stream order, its sum back.
+      float* in = static_cast<float*>(host_in.ptr);
+      const size_t rows = desc.max_rows;
+      HETERO_CUDA_TRY(cudaMemcpyAsync(in, moe_h.ptr, static_cast<size_t>(n_rows) * c.n_embd * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream));
+      HETERO_CUDA_TRY(cudaMemcpyAsync(in + rows * c.n_embd, moe_choices.ptr,
+                                      static_cast<size_t>(n_rows) * l.experts_used * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream));
+      HETERO_CUDA_TRY(cudaMemcpyAsync(in + rows * (c.n_embd + host_used), moe_weights.ptr,
+                                      static_cast<size_t>(n_rows) * l.experts_used * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream));
+      HETERO_CUDA_TRY(cudaLaunchHostFunc(stream, &Model::RunHostExperts, &l.host_call));
+      HETERO_CUDA_TRY(cudaMemcpyAsync(host_out_device.ptr, host_out.ptr, static_cast<size_t>(n_rows) * c.n_embd * sizeof(float),
+                                      cudaMemcpyHostToDevice, stream));
+      LaunchAddScaled(out, host_out_device.as<float>(), static_cast<size_t>(n_rows) * c.n_embd,
+                      accumulate ? c.residual_scale : 1.0f, stream);
+    }
     if (l.shared_n_ff == 0) return {};
     // The shared expert, eight rows per GEMV launch.
     for (int r0 = 0; r0 < n_rows; r0 += kMaxGemvRows) {
@@ -330,6 +403,26 @@ struct Model {
     LaunchAddGatedShared(moe_h.as<float>(), l.shared_gate_input.as<float>(), shared_out.as<float>(), n_rows, c.n_embd,
                          accumulate ? c.residual_scale : 1.0f, out, stream);
     return {};
+  }
+
+  // A host node of the pass: the layer's host experts over the pass's rows (host_rows, set
+  // before the pass runs). No CUDA calls here; a failure is kept for Forward to report.
+  static void CUDART_CB RunHostExperts(void* arg) {
+    const auto* call = static_cast<const Layer::HostCall*>(arg);
+    Model& m = *call->model;
+    if (m.host_failed.load()) return;
+    const size_t rows = m.desc.max_rows;
+    const float* in = static_cast<const float*>(m.host_in.ptr);
+    char message[sizeof m.host_message] = {};
+    const int32_t rc = m.desc.host_experts(m.desc.host_experts_context, call->layer, m.host_rows, in,
+                                           reinterpret_cast<const int32_t*>(in + rows * m.desc.n_embd),
+                                           in + rows * (m.desc.n_embd + m.host_used), static_cast<float*>(m.host_out.ptr),
+                                           message, sizeof message);
+    if (rc != 0) {
+      std::memcpy(m.host_message, message, sizeof message);
+      m.host_message[sizeof m.host_message - 1] = 0;
+      m.host_failed.store(true);
+    }
   }
 
   int32_t* input_at(int slot) const { return inputs.as<int32_t>() + static_cast<size_t>(slot) * desc.max_rows; }
@@ -474,6 +567,8 @@ struct Model {
     // (tests, benchmarks): this model's GPU is current for the call.
     const CurrentDevice current(c.device);
     HETERO_CUDA_TRY(current.error());
+    host_rows = a.n_rows;
+    host_failed.store(false);
     if (a.n_rows <= 0 || a.n_rows > c.max_rows || a.n_seqs <= 0 || a.table_stride <= 0 || a.n_logit_rows <= 0 ||
         a.n_logit_rows > a.n_rows || a.tokens == nullptr || a.positions == nullptr || a.seq_of_row == nullptr ||
         a.block_tables == nullptr || a.logit_rows == nullptr || (a.logits == nullptr && a.greedy_tokens == nullptr)) {
@@ -556,6 +651,7 @@ struct Model {
       HETERO_CUDA_TRY(cudaMemcpyAsync(a.logits, logits.ptr, logit_bytes, cudaMemcpyDeviceToHost, stream));
     }
     HETERO_CUDA_TRY(cudaStreamSynchronize(stream));
+    if (host_failed.load()) return {HETERO_CUDA_DEVICE_ERROR, std::string("experts on the host: ") + host_message};
     if (a.greedy_tokens != nullptr) {
       std::memcpy(a.greedy_tokens, staging_in.ptr, a.n_logit_rows * sizeof(int32_t));
     }

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 5
+#define HETERO_CUDA_MODULE_ABI_VERSION 6
 
 /* Outcome of a probe. */
 enum {
@@ -45,7 +45,8 @@ typedef void (*hetero_cuda_module_probe_fn)(hetero_cuda_probe_result* result,
 #define HETERO_CUDA_MODULE_ABI_VERSION_SYMBOL "hetero_cuda_module_abi_version"
 #define HETERO_CUDA_MODULE_PROBE_SYMBOL "hetero_cuda_module_probe"
 
-/* ---- The model runtime (ABI 3; 4 added the K formats, 5 mixtures of experts: the steps of the shared model definition,
+/* ---- The model runtime (ABI 3; 4 added the K formats, 5 mixtures of experts, 6 experts
+ * evaluated on the host: the steps of the shared model definition,
  * src/runtime/models/model_definition.h, each present or absent per layer). libhetero prepares every tensor on the host (it owns the
  * GGUF reader and the dequantizers) and the module uploads them once. Sequences and their
  * KV block tables live in libhetero; the module owns the device KV pool, whose blocks have
@@ -113,16 +114,30 @@ typedef struct hetero_cuda_layer {
    * normalize_expert_weights), their outputs summed with those weights. Each kind of expert
    * matrix is stacked, expert e's rows after expert e-1's, as GGUF's 3-D tensors store them:
    * expert_gate/expert_up n_experts * expert_n_ff rows of n_embd, expert_down n_experts *
-   * n_embd rows of expert_n_ff. Their float16 copies may be NULL for the block formats. */
+   * n_embd rows of expert_n_ff. Their float16 copies may be NULL for the block formats.
+   * expert_slot (n_experts entries; NULL: every expert, in order) says where each expert's
+   * rows are in the stacked matrices, which then hold only the experts with a slot (0 rows
+   * when none has one); an expert of slot -1 is evaluated by the model's host_experts. */
   int32_t n_experts, n_experts_used, expert_n_ff, normalize_expert_weights;
   const float* router;
   hetero_cuda_matrix expert_gate, expert_up, expert_down;
+  const int32_t* expert_slot;
   /* A shared expert every token also runs, its output times sigmoid(h . shared_gate_input)
    * (NULL: none); shared_n_ff wide. */
   const float* shared_gate_input;
   int32_t shared_n_ff;
   hetero_cuda_matrix shared_gate, shared_up, shared_down;
 } hetero_cuda_layer;
+
+/* Routed experts the device does not hold, evaluated by the host for one pass of a layer
+ * (ABI 6). Called in stream order from a CUDA host-callback thread, so it must not call
+ * CUDA. h: rows x n_embd (the FFN norm's output); choices and weights: rows x
+ * n_experts_used, as the device chose them. Writes into out (rows x n_embd) each row's sum
+ * of weight x expert(h) over its chosen experts of slot -1 (zeros for a row with none).
+ * Returns 0, or nonzero with a message, and the pass then fails with it. */
+typedef int32_t (*hetero_cuda_host_experts_fn)(void* context, int32_t layer, int32_t rows, const float* h,
+                                               const int32_t* choices, const float* weights, float* out,
+                                               char* message, size_t message_size);
 
 typedef struct hetero_cuda_model_desc {
   int32_t n_layers, n_embd, n_heads, n_kv_heads, head_dim, n_ff, n_vocab, context_length;
@@ -145,6 +160,8 @@ typedef struct hetero_cuda_model_desc {
   const float* output_norm;
   hetero_cuda_matrix output;
   const hetero_cuda_layer* layers; /* n_layers */
+  hetero_cuda_host_experts_fn host_experts; /* required when an expert_slot has a -1 */
+  void* host_experts_context;
 } hetero_cuda_model_desc;
 
 /* One forward pass over `n_rows` tokens of one or more sequences. Row r appends tokens[r]

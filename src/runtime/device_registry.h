@@ -26,6 +26,10 @@ struct BackendRequest {
   int kv_block_tokens = 16;  // one block layout on every device, so KV moves between them as is
   int kv_capacity_tokens = 0;
   bool share_kv_prefixes = true;
+  // EngineOptions::gpu_memory_budget_bytes, and the policy that places a mixture-of-experts
+  // model's experts within it (the engine's scheduler).
+  uint64_t gpu_memory_budget_bytes = 0;
+  std::function<absl::StatusOr<ExpertPlacement>(const ExpertPlacementFacts&)> place_experts;
 };
 
 // A device as the backend registration found it: a backend, or why there is none.

@@ -78,6 +78,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   HETERO_ASSIGN_OR_RETURN(request.cpu_precision, ParseCpuPrecision(options.cpu_precision));
   request.max_sequences = options.max_sessions;
   request.share_kv_prefixes = options.share_kv_prefixes;
+  request.gpu_memory_budget_bytes = options.gpu_memory_budget_bytes;
+  request.place_experts = [scheduler = impl->scheduler](const ExpertPlacementFacts& facts) {
+    return scheduler->PlaceExperts(facts);
+  };
   request.kv_capacity_tokens =
       options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * impl->model->config().context_length;
   HETERO_ASSIGN_OR_RETURN(std::vector<DeviceSlot> slots, CreateDeviceBackends(*impl->model, request));
