@@ -1,7 +1,7 @@
 // hetero-bench: prompt-processing and generation throughput, like llama-bench.
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS]
-//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]
+//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--json]
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   std::string profile_path = "hetero-profile.json";
   hetero::bench::AgenticOptions agentic;
   int soak_seconds = 0;
+  uint64_t gpu_budget_bytes = 0;
   std::string route_dataset;
   int route_layers = 0;
   bool prefix_sharing = false;
@@ -209,6 +210,11 @@ int main(int argc, char** argv) {
     } else if (a == "--precision") {
       if (i + 1 >= argc) return Fail("--precision needs auto, f32 or bf16");
       precision_name = argv[++i];
+    } else if (a == "--gpu-budget-mib") {
+      int mib = 0;
+      next_int(mib);
+      if (mib < 1) return Fail("--gpu-budget-mib needs a size of at least 1 MiB");
+      gpu_budget_bytes = static_cast<uint64_t>(mib) << 20;
     } else if (a == "--sessions") {
       next_int(sessions);
     } else if (a == "--calibrate") {
@@ -254,7 +260,7 @@ int main(int argc, char** argv) {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--json]\n"
+                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--json]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl [--layers N|auto]] [--json] [--plot FILE.svg]\n"
@@ -306,6 +312,7 @@ int main(int argc, char** argv) {
   if (transfer) return RunTransfer(model_path, json);
   if (device != "cpu" && device != "gpu") return Fail("unknown device '" + device + "' (cpu or gpu)");
   if (device == "gpu" && (sessions > 0 || calibrate)) return Fail("--sessions and --calibrate run on the cpu");
+  if (gpu_budget_bytes > 0 && device != "gpu") return Fail("--gpu-budget-mib needs --device gpu");
   if (device == "gpu" && !hetero::QueryDevices().cuda.available) {
     return Fail("device 'gpu' is not available: " + hetero::QueryDevices().cuda.notice);
   }
@@ -316,6 +323,7 @@ int main(int argc, char** argv) {
   options.threads = threads;
   options.bf16_min_rows = bf16_min_rows;
   options.cpu_precision = precision_name;
+  options.gpu_memory_budget_bytes = gpu_budget_bytes;
   options.prompt_tokens = prompt;
   options.generate_tokens = gen;
   options.batches = batches;

@@ -28,6 +28,9 @@ struct BackendBenchmarkOptions {
   std::vector<int> batches;          // batched decode sizes
   int repetitions = 5;               // each after one warm-up run that is not counted
   uint32_t seed = 42;                // of the random tokens
+  // GPU: EngineOptions::gpu_memory_budget_bytes (0: none); a mixture-of-experts model's
+  // experts are then placed by PlaceExpertsWithinBudget.
+  uint64_t gpu_memory_budget_bytes = 0;
 };
 
 struct BackendBenchmarkResult {

@@ -153,6 +153,12 @@ def test_engine_argument_types():
         hetero.Engine(str(MODEL), scheduler=None)
     with pytest.raises(hetero.InvalidArgument, match="max_sessions"):
         hetero.Engine(str(MODEL), max_sessions=-3)
+    with pytest.raises(hetero.InvalidArgument, match="gpu_memory_budget_bytes"):
+        hetero.Engine(str(MODEL), gpu_memory_budget_bytes=-1)
+    with pytest.raises(hetero.InvalidArgument, match="gpu_memory_budget_bytes"):
+        hetero.Engine(str(MODEL), gpu_memory_budget_bytes=1 << 64)
+    with pytest.raises(TypeError, match="gpu_memory_budget_bytes"):
+        hetero.Engine(str(MODEL), gpu_memory_budget_bytes=1.5e9)
 
 
 @needs_model

@@ -40,6 +40,9 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, const B
     gpu.device = o.device.ordinal;
     gpu.kv_capacity_tokens = kv_tokens;
     gpu.max_sequences = std::max(64, max_batch);
+    gpu.memory_budget_bytes = o.gpu_memory_budget_bytes;
+    gpu.place_experts = PlaceExpertsWithinBudget;
+    if (o.threads > 0) gpu.host_threads = o.threads;
     HETERO_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(model, gpu));
     return std::unique_ptr<Backend>(std::move(backend));
   }

@@ -46,11 +46,6 @@ absl::StatusOr<std::unique_ptr<HostExperts>> HostExperts::Create(const GgufFile&
 
 HostExperts::~HostExperts() = default;
 
-void HostExperts::ResetRows(int rows) {
-  evaluations_of_row_.assign(rows, 0);
-  busy_ms_ = 0;
-}
-
 absl::Status HostExperts::Evaluate(int layer, int rows, const float* h, const int32_t* choices, const float* weights,
                                    float* out) {
   if (layer < 0 || layer >= static_cast<int>(layers_.size()) || layers_[layer].block == nullptr) {
@@ -60,13 +55,7 @@ absl::Status HostExperts::Evaluate(int layer, int rows, const float* h, const in
   Layer& l = layers_[layer];
   const ScopedThreadPool use_pool(pool_.get());
   HETERO_RETURN_IF_ERROR(l.block->ForwardChosen(h, rows, choices, weights, l.here, out, scratch_));
-  if (static_cast<int>(evaluations_of_row_.size()) < rows) evaluations_of_row_.resize(rows, 0);
-  for (int r = 0; r < rows; ++r) {
-    for (int k = 0; k < l.used; ++k) {
-      const int e = choices[static_cast<size_t>(r) * l.used + k];
-      if (e >= 0 && e < static_cast<int>(l.here.size()) && l.here[e]) ++evaluations_of_row_[r];
-    }
-  }
+  for (size_t i = 0; i < static_cast<size_t>(rows) * l.used; ++i) evaluations_ += l.here[choices[i]] ? 1 : 0;
   busy_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return absl::OkStatus();
 }

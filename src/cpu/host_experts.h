@@ -5,7 +5,6 @@
 #ifndef HETERO_CPU_HOST_EXPERTS_H_
 #define HETERO_CPU_HOST_EXPERTS_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -29,10 +28,9 @@ class HostExperts {
   // out (rows x n_embd) = each row's weighted sum over its chosen experts held here.
   absl::Status Evaluate(int layer, int rows, const float* h, const int32_t* choices, const float* weights, float* out);
 
-  // Per row of the last Evaluate calls since ResetRows: routed evaluations made here.
-  void ResetRows(int rows);
-  const std::vector<int64_t>& evaluations_of_row() const { return evaluations_of_row_; }
-  double busy_ms() const { return busy_ms_; }  // in Evaluate since ResetRows
+  // Routed expert evaluations (token x expert) made here since load, and the time spent.
+  int64_t evaluations() const { return evaluations_; }
+  double busy_ms() const { return busy_ms_; }
   // Bytes the host holds for its experts beyond the mapped file.
   size_t bytes() const;
   int experts() const { return experts_; }
@@ -48,7 +46,7 @@ class HostExperts {
   LinearContext dnnl_;
   std::vector<Layer> layers_;
   LinearScratch scratch_;
-  std::vector<int64_t> evaluations_of_row_;
+  int64_t evaluations_ = 0;
   double busy_ms_ = 0;
   int experts_ = 0;
 };
