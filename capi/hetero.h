@@ -424,7 +424,8 @@ HETERO_C_API const char* hetero_result_text(const hetero_result* result);
  * template keeps reasoning apart (Qwen3), else ""; "" for NULL. */
 HETERO_C_API const char* hetero_result_reasoning(const hetero_result* result);
 /* The task report as a JSON object: stages (stage, device, start_ms, end_ms, tokens_in,
- * tokens_out, reason, joules, idle_joules, joules_estimated), tool_calls (round, name,
+ * tokens_out, reason, joules, idle_joules, joules_estimated, cpu_expert_evaluations,
+ * gpu_expert_evaluations, expert_bytes_moved, expert_wait_ms), tool_calls (round, name,
  * arguments, outcome, detail, result_bytes, truncated, ms, duplicate), prompt_tokens,
  * reused_prompt_tokens, shared_prompt_tokens (from KV blocks other sessions encoded),
  * route, route_action, route_score, route_runner_up, route_runner_up_score, refused_by

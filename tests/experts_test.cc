@@ -9,6 +9,7 @@
 #include "hetero/model.h"
 #include "src/cpu/cpu_backend.h"
 #include "src/cpu/experts.h"
+#include "src/runtime/device_worker.h"
 #include "src/runtime/gguf.h"
 #include "tests/support/gguf_builder.h"
 #include "tests/support/tiny_model.h"
@@ -290,6 +291,50 @@ TEST(CpuExpertsTest, BatchedDecodeEqualsSingle) {
     ASSERT_TRUE((*backend)->Decode({&seqs[i], 1}, {&next[i], 1}, absl::MakeSpan(single)).ok());
     EXPECT_EQ(std::vector<float>(batched.begin() + i * V, batched.begin() + (i + 1) * V), single) << "sequence " << i;
   }
+}
+
+// Every token runs `used` routed experts in every layer; the CPU backend counts them per
+// sequence, and a job's counts split into its Understand (prefill) and Generate stages.
+TEST(CpuExpertsTest, ExpertEvaluationsAreCountedPerSequenceAndStage) {
+  const testing::TinyModelOptions o = QuantizedMoe();
+  auto model = Model::Load(testing::WriteTinyModel(o, "moe_traffic.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto backend = CpuBackend::Create(**model, OneThread());
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const int64_t per_token = static_cast<int64_t>(o.n_layers) * o.n_experts_used;
+  std::vector<float> logits(o.n_vocab);
+  const SequenceId a = *(*backend)->NewSequence(), b = *(*backend)->NewSequence();
+  ASSERT_TRUE((*backend)->Prefill(a, std::vector<int32_t>{3, 14, 15, 9, 26}, absl::MakeSpan(logits)).ok());
+  EXPECT_EQ((*backend)->expert_traffic(a).cpu_evaluations, 5 * per_token);
+  EXPECT_EQ((*backend)->expert_traffic(b).cpu_evaluations, 0);
+  std::vector<float> two(2 * o.n_vocab);
+  const std::vector<SequenceId> seqs = {a, b};
+  ASSERT_TRUE((*backend)->Decode(seqs, std::vector<int32_t>{5, 35}, absl::MakeSpan(two)).ok());
+  EXPECT_EQ((*backend)->expert_traffic(a).cpu_evaluations, 6 * per_token);
+  EXPECT_EQ((*backend)->expert_traffic(b).cpu_evaluations, per_token);
+  EXPECT_EQ((*backend)->expert_traffic(a).gpu_evaluations, 0);
+  EXPECT_EQ((*backend)->expert_traffic(a).bytes_moved, 0u);
+  (*backend)->FreeSequence(a);
+  EXPECT_EQ((*backend)->expert_traffic(a).cpu_evaluations, 0);
+
+  GenerationJob job;
+  job.prefill_end = job.finished = Clock::now();
+  job.experts_at_prefill_start = {10, 0, 0, 0};
+  job.experts_at_prefill_end = {10 + 5 * per_token, 0, 0, 0};
+  job.experts_at_finish = {10 + 9 * per_token, 2, 64, 0.5};
+  StageReport understand, generate;
+  ReportExpertTraffic(job, &understand, &generate);
+  EXPECT_EQ(understand.cpu_expert_evaluations, 5 * per_token);
+  EXPECT_EQ(generate.cpu_expert_evaluations, 4 * per_token);
+  EXPECT_EQ(generate.gpu_expert_evaluations, 2);
+  EXPECT_EQ(generate.expert_bytes_moved, 64u);
+  EXPECT_DOUBLE_EQ(generate.expert_wait_ms, 0.5);
+  GenerationJob failed;  // no prefill finished: nothing counted for either stage
+  failed.finished = Clock::now();
+  failed.experts_at_finish = {7, 0, 0, 0};
+  StageReport u2, g2;
+  ReportExpertTraffic(failed, &u2, &g2);
+  EXPECT_EQ(u2.cpu_expert_evaluations + g2.cpu_expert_evaluations, 0);
 }
 
 // A prompt encoded in one pass or cut into two gives bit-identical logits: how a pass's

@@ -100,6 +100,14 @@ struct StageReport {
   double joules = -1;
   double idle_joules = 0;
   bool joules_estimated = true;
+  // Mixture-of-experts models: this stage's routed expert evaluations (token x chosen
+  // expert) on each device, and for those a GPU left to the CPU (a GPU memory budget), the
+  // bytes their activations moved over the bus and the time the GPU waited for them. Zero
+  // for dense models.
+  int64_t cpu_expert_evaluations = 0;
+  int64_t gpu_expert_evaluations = 0;
+  uint64_t expert_bytes_moved = 0;
+  double expert_wait_ms = 0;
 };
 
 // One tool call of a task: what was asked, and what came of it.

@@ -445,7 +445,15 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
   ws_.scratch.decode = rows.size() == chunks.size();  // one token per sequence
   absl::Status s = Forward(rows, last_rows, logits.data());
   ws_.scratch.decode = false;
-  if (!s.ok()) RollBack(chunks, lengths);
+  if (!s.ok()) {
+    RollBack(chunks, lengths);
+    return s;
+  }
+  if (const int per_token = RoutedEvaluationsPerToken(model_.impl().definition); per_token > 0) {
+    for (const SequenceChunk& c : chunks) {
+      AddExpertTraffic(c.seq, {static_cast<int64_t>(c.tokens.size()) * per_token, 0, 0, 0});
+    }
+  }
   return s;
 }
 

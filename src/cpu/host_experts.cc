@@ -39,12 +39,19 @@ absl::StatusOr<std::unique_ptr<HostExperts>> HostExperts::Create(const GgufFile&
     HETERO_ASSIGN_OR_RETURN(l.block, CpuExperts::Create(file, routed, definition.activation, make, &on_host[i]));
     l.here = on_host[i];
     l.used = e.used;
+    l.n_embd = static_cast<int>(file.FindTensor(e.router)->dims[0]);
     for (bool b : l.here) host->experts_ += b ? 1 : 0;
   }
   return host;
 }
 
 HostExperts::~HostExperts() = default;
+
+void HostExperts::BeginPass(int rows) {
+  pass_evaluations_.assign(rows, 0);
+  pass_bytes_per_row_ = 0;
+  pass_ms_ = 0;
+}
 
 absl::Status HostExperts::Evaluate(int layer, int rows, const float* h, const int32_t* choices, const float* weights,
                                    float* out) {
@@ -55,8 +62,13 @@ absl::Status HostExperts::Evaluate(int layer, int rows, const float* h, const in
   Layer& l = layers_[layer];
   const ScopedThreadPool use_pool(pool_.get());
   HETERO_RETURN_IF_ERROR(l.block->ForwardChosen(h, rows, choices, weights, l.here, out, scratch_));
-  for (size_t i = 0; i < static_cast<size_t>(rows) * l.used; ++i) evaluations_ += l.here[choices[i]] ? 1 : 0;
-  busy_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (static_cast<int>(pass_evaluations_.size()) < rows) pass_evaluations_.resize(rows, 0);
+  for (int r = 0; r < rows; ++r) {
+    for (int k = 0; k < l.used; ++k) pass_evaluations_[r] += l.here[choices[static_cast<size_t>(r) * l.used + k]] ? 1 : 0;
+  }
+  // Down: the row's input, choices and weights; up: its sum.
+  pass_bytes_per_row_ += 2 * sizeof(float) * l.n_embd + (sizeof(int32_t) + sizeof(float)) * l.used;
+  pass_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return absl::OkStatus();
 }
 

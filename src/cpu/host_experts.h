@@ -28,9 +28,12 @@ class HostExperts {
   // out (rows x n_embd) = each row's weighted sum over its chosen experts held here.
   absl::Status Evaluate(int layer, int rows, const float* h, const int32_t* choices, const float* weights, float* out);
 
-  // Routed expert evaluations (token x expert) made here since load, and the time spent.
-  int64_t evaluations() const { return evaluations_; }
-  double busy_ms() const { return busy_ms_; }
+  // Per pass of the device: BeginPass, then the pass's Evaluate calls, then per row the
+  // evaluations made here, the bytes its rows moved over the bus and the time spent.
+  void BeginPass(int rows);
+  const std::vector<int64_t>& pass_evaluations() const { return pass_evaluations_; }
+  uint64_t pass_bytes_per_row() const { return pass_bytes_per_row_; }
+  double pass_ms() const { return pass_ms_; }
   // Bytes the host holds for its experts beyond the mapped file.
   size_t bytes() const;
   int experts() const { return experts_; }
@@ -41,13 +44,15 @@ class HostExperts {
     std::unique_ptr<CpuExperts> block;
     std::vector<bool> here;
     int used = 0;
+    int n_embd = 0;
   };
   std::unique_ptr<ThreadPool> pool_;
   LinearContext dnnl_;
   std::vector<Layer> layers_;
   LinearScratch scratch_;
-  int64_t evaluations_ = 0;
-  double busy_ms_ = 0;
+  std::vector<int64_t> pass_evaluations_;
+  uint64_t pass_bytes_per_row_ = 0;
+  double pass_ms_ = 0;
   int experts_ = 0;
 };
 

@@ -568,8 +568,22 @@ absl::Status CudaBackend::Pass(const std::vector<Row>& rows, const std::vector<i
   a.logits = logits;
   a.greedy_tokens = greedy;
   char message[512] = {};
+  if (host_experts_ != nullptr) host_experts_->BeginPass(a.n_rows);
   HETERO_RETURN_IF_ERROR(ModuleStatus(api_->forward(device_model_, &a, message, sizeof message), "forward", message));
   for (const Row& r : rows) kv_.Advance(r.seq, 1);
+  if (const int per_token = RoutedEvaluationsPerToken(model_.impl().definition); per_token > 0) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      ExpertTraffic t{0, per_token, 0, 0};
+      if (host_experts_ != nullptr) {
+        const std::vector<int64_t>& on_host = host_experts_->pass_evaluations();
+        t.cpu_evaluations = r < on_host.size() ? on_host[r] : 0;
+        t.gpu_evaluations -= t.cpu_evaluations;
+        t.bytes_moved = host_experts_->pass_bytes_per_row();
+        t.wait_ms = host_experts_->pass_ms() / static_cast<double>(rows.size());  // shared by the pass's rows
+      }
+      AddExpertTraffic(rows[r].seq, t);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -70,6 +70,28 @@ struct KvCacheStats {
   int64_t attached_tokens_total = 0;  // prompt tokens taken from shared blocks so far
 };
 
+// A mixture-of-experts model's routed expert evaluations (token x chosen expert) for one
+// sequence since it was created, by the device that ran them, and the traffic of those the
+// GPU left to the host: bytes over the bus and the time the device waited for them.
+struct ExpertTraffic {
+  int64_t cpu_evaluations = 0;
+  int64_t gpu_evaluations = 0;
+  uint64_t bytes_moved = 0;
+  double wait_ms = 0;
+  ExpertTraffic operator-(const ExpertTraffic& o) const {
+    return {cpu_evaluations - o.cpu_evaluations, gpu_evaluations - o.gpu_evaluations, bytes_moved - o.bytes_moved,
+            wait_ms - o.wait_ms};
+  }
+};
+
+// Adds `t` to a stage report's expert counts (include/hetero/engine.h's StageReport).
+inline void AddExpertTraffic(const ExpertTraffic& t, StageReport& report) {
+  report.cpu_expert_evaluations += t.cpu_evaluations;
+  report.gpu_expert_evaluations += t.gpu_evaluations;
+  report.expert_bytes_moved += t.bytes_moved;
+  report.expert_wait_ms += t.wait_ms;
+}
+
 // Tokens to append to one sequence in a batched step.
 struct SequenceChunk {
   SequenceId seq;
@@ -107,6 +129,12 @@ class Backend {
   virtual absl::StatusOr<int> AttachCachedPrefix(SequenceId seq, absl::Span<const int32_t> tokens, int max_length) {
     (void)seq, (void)tokens, (void)max_length;
     return 0;
+  }
+
+  // ExpertTraffic of a live sequence (zeros for dense models and unknown ids).
+  virtual ExpertTraffic expert_traffic(SequenceId seq) const {
+    (void)seq;
+    return {};
   }
 
   // KV accounting, in tokens.

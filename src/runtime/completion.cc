@@ -98,6 +98,7 @@ absl::StatusOr<CompletionResult> Engine::CompleteTokens(const std::vector<int32_
   generate.end_ms = Ms(start, job->finished);
   generate.tokens_in = std::max(0, job->kv_tokens_appended - state.prompt_tokens);
   generate.tokens_out = report.generated_tokens;
+  ReportExpertTraffic(*job, &understand, &generate);
   report.stages = {understand, generate};
   report.total_ms = Ms(start, Clock::now());
   return result;

@@ -278,6 +278,16 @@ bool DeviceWorker::Step(GenerationJob& job, absl::Span<float> logits) {
   return false;
 }
 
+void ReportExpertTraffic(const GenerationJob& job, StageReport* understand, StageReport* generate) {
+  const bool prefilled = job.prefill_end != Clock::time_point{};
+  if (understand != nullptr && prefilled) {
+    AddExpertTraffic(job.experts_at_prefill_end - job.experts_at_prefill_start, *understand);
+  }
+  if (generate != nullptr && job.finished != Clock::time_point{}) {
+    AddExpertTraffic(job.experts_at_finish - (prefilled ? job.experts_at_prefill_end : job.experts_at_finish), *generate);
+  }
+}
+
 void DeviceWorker::Finish(GenerationJob& job) {
   if (job.status.ok() && job.stop_reason != "stop_string") {
     const std::string rest = job.detokenizer->Flush();
@@ -288,6 +298,7 @@ void DeviceWorker::Finish(GenerationJob& job) {
     }
   }
   job.finished = Clock::now();
+  job.experts_at_finish = backend_.expert_traffic(job.seq);
 }
 
 void DeviceWorker::Loop() {
@@ -381,7 +392,10 @@ void DeviceWorker::Loop() {
     std::vector<size_t> chunk_sizes;
     absl::Status prefill_status = absl::OkStatus();
     for (auto& j : prefills) {
-      if (j->prefilled == 0) j->prefill_start = Clock::now();
+      if (j->prefilled == 0) {
+        j->prefill_start = Clock::now();
+        j->experts_at_prefill_start = backend_.expert_traffic(j->seq);
+      }
       const size_t n = std::min(kPrefillChunk, j->prefill_tokens.size() - j->prefilled);
       chunk_sizes.push_back(n);
       logits.resize(V);
@@ -414,6 +428,7 @@ void DeviceWorker::Loop() {
       job.kv_tokens_appended += static_cast<int>(chunk_sizes[i]);
       if (job.prefilled < job.prefill_tokens.size()) continue;
       job.prefill_end = Clock::now();
+      job.experts_at_prefill_end = backend_.expert_traffic(job.seq);
       prefill_done[i] = true;
       if (job.max_tokens == 0) {
         job.stop_reason = "max_tokens";

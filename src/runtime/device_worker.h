@@ -54,6 +54,8 @@ struct GenerationJob {
   int constraint_masked_steps = 0; // steps where the sampled token was refused
   std::vector<TokenLogprob> token_logprobs;  // one per `generated` token, when logprobs >= 0
   Clock::time_point submitted, prefill_start, prefill_end, first_token, finished;
+  // The sequence's ExpertTraffic when its prefill started, ended, and when the job finished.
+  ExpertTraffic experts_at_prefill_start, experts_at_prefill_end, experts_at_finish;
   bool done = false;
 
   // Worker state.
@@ -64,6 +66,10 @@ struct GenerationJob {
   std::vector<float> unmasked_logits;  // constrained sampling's copy
   std::vector<float> model_logits;     // the step's logits before sampling touched them (logprobs)
 };
+
+// A finished job's expert traffic into its stage reports: the prefill's into `understand`,
+// the decoding's into `generate` (either may be null).
+void ReportExpertTraffic(const GenerationJob& job, StageReport* understand, StageReport* generate);
 
 class DeviceWorker {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "src/runtime/models/model_definition.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -16,6 +17,26 @@ PagedBackend::PagedBackend(std::string name, const ModelConfig& config, int kv_b
       max_sequences_(max_sequences),
       kv_(kv_block_tokens, (kv_capacity_tokens + kv_block_tokens - 1) / kv_block_tokens, config.context_length,
           share_prefixes) {}
+
+ExpertTraffic PagedBackend::expert_traffic(SequenceId seq) const {
+  MutexLock lock(&mutex_);
+  const auto it = expert_traffic_.find(seq);
+  return it == expert_traffic_.end() ? ExpertTraffic{} : it->second;
+}
+
+void PagedBackend::AddExpertTraffic(SequenceId seq, const ExpertTraffic& t) {
+  ExpertTraffic& sum = expert_traffic_[seq];
+  sum.cpu_evaluations += t.cpu_evaluations;
+  sum.gpu_evaluations += t.gpu_evaluations;
+  sum.bytes_moved += t.bytes_moved;
+  sum.wait_ms += t.wait_ms;
+}
+
+int PagedBackend::RoutedEvaluationsPerToken(const ModelDefinition& definition) {
+  int n = 0;
+  for (const LayerDefinition& l : definition.layers) n += l.experts.present() ? l.experts.used : 0;
+  return n;
+}
 
 absl::StatusOr<SequenceId> PagedBackend::NewSequence() {
   MutexLock lock(&mutex_);
@@ -31,6 +52,7 @@ void PagedBackend::FreeSequence(SequenceId seq) {
   MutexLock lock(&mutex_);
   if (kv_.Contains(seq)) kv_.FreeSequence(seq);
   adapters_.erase(seq);
+  expert_traffic_.erase(seq);
 }
 
 absl::Status PagedBackend::SetSequenceAdapter(SequenceId seq, const SequenceAdapter& adapter) {

@@ -18,6 +18,8 @@
 
 namespace hetero {
 
+struct ModelDefinition;
+
 class PagedBackend : public Backend {
  public:
   absl::StatusOr<SequenceId> NewSequence() override;
@@ -31,6 +33,7 @@ class PagedBackend : public Backend {
   int kv_used_tokens() const override;
   size_t kv_bytes_per_token() const override;
   KvCacheStats kv_cache_stats() const override;
+  ExpertTraffic expert_traffic(SequenceId seq) const override;
   // Both as a Step of one chunk per sequence.
   absl::Status Prefill(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) override;
   absl::Status Decode(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
@@ -67,6 +70,10 @@ class PagedBackend : public Backend {
     size_t first_block_to_copy = 0;
   };
   absl::StatusOr<SwapInTarget> NewSequenceFor(const SavedSequence& saved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Adds to a sequence's ExpertTraffic (the backend's step, after it succeeded).
+  void AddExpertTraffic(SequenceId seq, const ExpertTraffic& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Routed expert evaluations per token: the sum over the MoE layers of experts per token.
+  static int RoutedEvaluationsPerToken(const ModelDefinition& definition);
   // The adapter of a sequence (inactive when it has none).
   const SequenceAdapter& AdapterOf(SequenceId seq) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
@@ -78,6 +85,8 @@ class PagedBackend : public Backend {
   mutable Mutex mutex_;
   KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<SequenceId, SequenceAdapter> adapters_ ABSL_GUARDED_BY(mutex_);  // active ones only
+  // Per sequence id; an id's entry restarts with NewSequence.
+  absl::flat_hash_map<SequenceId, ExpertTraffic> expert_traffic_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace hetero

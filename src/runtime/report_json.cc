@@ -17,7 +17,11 @@ std::string TaskReportJson(const TaskReport& r) {
                       {"reason", s.reason},
                       {"joules", s.joules},
                       {"idle_joules", s.idle_joules},
-                      {"joules_estimated", s.joules_estimated}});
+                      {"joules_estimated", s.joules_estimated},
+                      {"cpu_expert_evaluations", s.cpu_expert_evaluations},
+                      {"gpu_expert_evaluations", s.gpu_expert_evaluations},
+                      {"expert_bytes_moved", s.expert_bytes_moved},
+                      {"expert_wait_ms", s.expert_wait_ms}});
   }
   nlohmann::json calls = nlohmann::json::array();
   for (const ToolCallReport& c : r.tool_calls) {

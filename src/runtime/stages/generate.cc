@@ -68,6 +68,7 @@ absl::Status GenerateStage::Run(TaskContext& task) {
   r.end_ms = task.MsSinceStart(job->finished);
   r.tokens_in = std::max(0, fed_generated);
   r.tokens_out = static_cast<int>(job->generated.size());
+  ReportExpertTraffic(*job, &understand, &r);
   task.report.stages.push_back(r);
   task.report.generated_tokens += r.tokens_out;
   task.report.constraint_ms += static_cast<double>(job->constraint_ns) / 1e6;

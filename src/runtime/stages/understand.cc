@@ -106,6 +106,7 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
   kv.tokens.assign(task.prompt_tokens.begin(), task.prompt_tokens.begin() + task.reused_tokens);
   const size_t encoded_here = task.prompt_tokens.size() - task.reused_tokens;
 
+  StageReport r;
   if (split) {
     auto job = std::make_shared<GenerationJob>();
     job->seq = *kv.seq;
@@ -117,6 +118,7 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
       DeviceWorker& worker = services.Worker(kv.device);
       HETERO_RETURN_IF_ERROR(worker.Submit(job));
       worker.Wait(job);
+      ReportExpertTraffic(*job, &r, nullptr);
       kv.tokens.insert(kv.tokens.end(), job->prefill_tokens.begin(),
                        job->prefill_tokens.begin() + job->kv_tokens_appended);
       if (!job->status.ok()) return absl::Status(job->status.code(), job->status.message());
@@ -140,7 +142,6 @@ absl::Status UnderstandStage::Run(TaskContext& task) {
     }
   }
 
-  StageReport r;
   r.stage = Stage::kUnderstand;
   // The device that encoded the prompt (where Generate runs, unless split above).
   r.device = split ? understand_device : generate_device;
