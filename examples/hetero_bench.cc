@@ -346,6 +346,8 @@ int main(int argc, char** argv) {
   out["model"] = *resolved;
   out["backend"] = info.name;
   out["weights"] = info.weight_format;
+  out["weight_bytes"] = measured->weight_bytes;
+  if (gpu_budget_bytes > 0) out["gpu_budget_bytes"] = gpu_budget_bytes;
   out["threads"] = threads;
   out["precision"] = precision_name;
   out["repetitions"] = reps;

@@ -28,6 +28,11 @@ for p in cuda_backend_test hetero-bench; do
   strip -o ".device/bundle/bin/$p" "build-device/bin/$p"
 done
 cp build-device/lib/libhetero-cuda.so .device/bundle/lib/
+# The gguf package (pure Python) for `device-check.sh --moe`, which writes its file there.
+gguf_dir=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))' 2>/dev/null || true)
+if [ -n "$gguf_dir" ]; then
+  mkdir -p .device/bundle/python && cp -r "$gguf_dir" .device/bundle/python/ && rm -rf .device/bundle/python/gguf/__pycache__
+fi
 # Every shared library the programs load, less glibc, the C++ runtime (the image's is
 # newer) and CUDA's own (the image has them).
 ldd build-device/bin/cuda_backend_test build-device/bin/hetero-bench \

@@ -13,6 +13,12 @@
 #      the reports' GPU share checked against NVML read over the whole run (`--agentic`
 #      runs this step alone);
 #   7. a summary table, summary.md, with the logs, under $OUT (or ./device-out).
+# `--moe` runs, alone, the mixture-of-experts row under a GPU memory budget (issue 21): a
+# random-weight granite-3.0-1b-a400m Q8_0 file written here (scripts/moe_bench_files.py,
+# with the gguf package the bundle carries and this machine's numpy), hetero-bench on the
+# GPU without a budget and with MOE_BUDGET_MIB (default 700), and the peer's llama-bench
+# with the experts of at least as many layers kept on the CPU (--override-tensor); the
+# table is moe-summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-./device-out}
@@ -26,7 +32,9 @@ quick=0
 # carried (its GPU test and bench), bandwidth.
 [ "${1:-}" = "--quick" ] && quick=1
 agentic_only=0
-[ "${1:-}" = "--agentic" ] && agentic_only=1   # the agentic benchmark (step 6) alone, with the summary
+[ "${1:-}" = "--agentic" ] && agentic_only=1
+moe_only=0
+[ "${1:-}" = "--moe" ] && moe_only=1   # the agentic benchmark (step 6) alone, with the summary
 # Pieces carried by earlier calls are gathered in one place that outlives a call.
 stage=/tmp/hetero-device
 if [ -d .device ]; then
@@ -50,7 +58,7 @@ if [ -d "$stage/bundle" ]; then
       rm -f "$3"; return 1
     fi
   }
-  if [ "$quick" = 0 ]; then
+  if [ "$quick" = 0 ] && [ "$moe_only" = 0 ]; then
     assemble "$stage/model" "$stage/bundle/model.sha256" "$model" || exit 1
   fi
   assemble "$stage/gemma3" "$stage/bundle/gemma3.sha256" models/gemma-3-270m-q4_k_m.gguf
@@ -77,6 +85,68 @@ if [ "$quick" = 1 ]; then
   fi
   timeout 60 "$bin/hetero-bench" --transfer >>"$out/run.log" 2>&1
   log "transfer exit $?"
+  exit 0
+fi
+if [ "$moe_only" = 1 ]; then
+  moe_dir=$stage/moe
+  moe_file=$moe_dir/granite-3.0-1b-a400m.Q8_0.gguf
+  mkdir -p "$moe_dir"
+  if [ ! -s "$moe_file" ]; then
+    PYTHONPATH="$stage/bundle/python:${PYTHONPATH:-}" timeout 300 python3 scripts/moe_bench_files.py "$moe_dir" \
+      granite-3.0-1b-a400m >"$out/moe-files.log" 2>&1
+    log "MoE file exit $? ($(du -h "$moe_file" 2>/dev/null | cut -f1))"
+  fi
+  budget=${MOE_BUDGET_MIB:-700}
+  for b in 0 "$budget"; do
+    extra=(); [ "$b" != 0 ] && extra=(--gpu-budget-mib "$b")
+    timeout 240 "$bin/hetero-bench" -m "$moe_file" --device gpu -p 512 -n 128 -r 3 "${extra[@]}" --json \
+      >"$out/moe-bench-$b.json" 2>>"$out/run.log"
+    log "MoE GPU bench (budget $b MiB) exit $?"
+  done
+  # The layers whose experts hetero left (wholly or partly) on the CPU: it keeps whole layers
+  # from the first; the peer keeps the partly held layer on the GPU (to its advantage).
+  cpu_layers=$(python3 - "$out/moe-bench-$budget.json" <<'PY'
+import json, math, re, sys
+try:
+    w = json.load(open(sys.argv[1]))["weights"]
+except Exception:
+    sys.exit(0)
+m = re.search(r"(\d+) of (\d+) routed experts", w)
+held, total = (int(m.group(1)), int(m.group(2))) if m else (0, 768) if "routed experts on the cpu" in w else (None, None)
+if held is None:
+    sys.exit(0)
+per_layer = total // 24
+print("|".join(str(l) for l in range(math.ceil(held / per_layer), 24)))
+PY
+)
+  peer=${LLAMA_CUDA_DIR:-$stage/peer}
+  if [ -n "$cpu_layers" ] && [ -x "$peer/bin/llama-bench" ]; then
+    for z in "$peer"/lib/*.xz; do [ -f "$z" ] && xz -dkf "$z" 2>/dev/null; done
+    LD_LIBRARY_PATH="$peer/lib:${LD_LIBRARY_PATH:-}" timeout 300 "$peer/bin/llama-bench" -m "$moe_file" -ngl 99 \
+      -ot "blk\.($cpu_layers)\.ffn_(gate|up|down)_exps=CPU" -p 512 -n 128 -r 3 -o json \
+      >"$out/moe-peer.json" 2>"$out/moe-peer.log"
+    log "MoE peer (experts of layers $cpu_layers on the CPU) exit $?"
+  else
+    log "MoE peer skipped (layers '$cpu_layers', peer at $peer)"
+  fi
+  python3 - "$out" <<'PY' >"$out/moe-summary.md"
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except Exception as e:
+        return {"error": str(e)}
+print("| run | pp512 tok/s | tg128 tok/s | device bytes | weights |\n|---|---|---|---|---|")
+for name in sorted(f for f in os.listdir(out) if f.startswith("moe-bench-")):
+    r = load(name)
+    print(f"| hetero {name[10:-5]} MiB | {r.get('pp512', {}).get('tok_s_median')} | {r.get('tg128', {}).get('tok_s_median')} "
+          f"| {r.get('weight_bytes')} | {r.get('weights', r.get('error'))} |")
+peer = load("moe-peer.json")
+for row in peer if isinstance(peer, list) else []:
+    print(f"| llama.cpp -ot (n_prompt {row.get('n_prompt')}, n_gen {row.get('n_gen')}) | | {row.get('avg_ts')} | | |")
+PY
+  cat "$out/moe-summary.md" | tee -a "$out/run.log"
   exit 0
 fi
 [ -f "$model" ] || { log "no model at $model"; exit 1; }

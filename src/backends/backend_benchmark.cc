@@ -42,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, const B
     gpu.max_sequences = std::max(64, max_batch);
     gpu.memory_budget_bytes = o.gpu_memory_budget_bytes;
     gpu.place_experts = PlaceExpertsWithinBudget;
-    if (o.threads > 0) gpu.host_threads = o.threads;
+    gpu.host_threads = o.threads > 0 ? o.threads : DefaultCpuThreads();
     HETERO_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(model, gpu));
     return std::unique_ptr<Backend>(std::move(backend));
   }
@@ -78,6 +78,7 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
   BackendBenchmarkResult result;
   result.backend = b.info().name;
   result.weight_format = b.info().weight_format;
+  result.weight_bytes = b.info().weight_bytes;
 
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first warms up and is dropped
     if (o.prompt_tokens > 0) {
