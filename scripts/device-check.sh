@@ -32,9 +32,9 @@ quick=0
 # carried (its GPU test and bench), bandwidth.
 [ "${1:-}" = "--quick" ] && quick=1
 agentic_only=0
-[ "${1:-}" = "--agentic" ] && agentic_only=1
+[ "${1:-}" = "--agentic" ] && agentic_only=1   # the agentic benchmark (step 6) alone, with the summary
 moe_only=0
-[ "${1:-}" = "--moe" ] && moe_only=1   # the agentic benchmark (step 6) alone, with the summary
+[ "${1:-}" = "--moe" ] && moe_only=1   # the mixture-of-experts row under a budget, alone (see above)
 # Pieces carried by earlier calls are gathered in one place that outlives a call.
 stage=/tmp/hetero-device
 if [ -d .device ]; then

@@ -195,6 +195,7 @@ absl::StatusOr<SavedSequence> CpuBackend::SwapOut(SequenceId seq) {
     std::copy_n(KvBlock(blocks[i]), kv_block_floats_, saved.data.data() + i * kv_block_floats_);
   }
   kv_.FreeSequence(seq);
+  expert_traffic_.erase(seq);
   adapters_.erase(seq);
   return saved;
 }
@@ -410,6 +411,14 @@ absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector
   return absl::OkStatus();
 }
 
+void CpuBackend::CountExperts(absl::Span<const SequenceChunk> chunks) {
+  if (const int per_token = RoutedEvaluationsPerToken(model_.impl().definition); per_token > 0) {
+    for (const SequenceChunk& c : chunks) {
+      AddExpertTraffic(c.seq, {static_cast<int64_t>(c.tokens.size()) * per_token, 0, 0, 0});
+    }
+  }
+}
+
 absl::Status CpuBackend::PrefillAllLogits(SequenceId seq, absl::Span<const int32_t> tokens, absl::Span<float> logits) {
   if (logits.size() < tokens.size() * config_.n_vocab) return absl::InvalidArgumentError("logits buffer too small");
   if (tokens.empty()) return absl::InvalidArgumentError("PrefillAllLogits needs at least one token");
@@ -423,7 +432,11 @@ absl::Status CpuBackend::PrefillAllLogits(SequenceId seq, absl::Span<const int32
     all.push_back(static_cast<int>(i));
   }
   absl::Status s = Forward(rows, all, logits.data());
-  if (!s.ok()) RollBack({&chunk, 1}, lengths);
+  if (!s.ok()) {
+    RollBack({&chunk, 1}, lengths);
+    return s;
+  }
+  CountExperts({&chunk, 1});
   return s;
 }
 
@@ -449,11 +462,7 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
     RollBack(chunks, lengths);
     return s;
   }
-  if (const int per_token = RoutedEvaluationsPerToken(model_.impl().definition); per_token > 0) {
-    for (const SequenceChunk& c : chunks) {
-      AddExpertTraffic(c.seq, {static_cast<int64_t>(c.tokens.size()) * per_token, 0, 0, 0});
-    }
-  }
+  CountExperts(chunks);
   return s;
 }
 

@@ -103,6 +103,8 @@ class CpuBackend : public PagedBackend {
   // `logit_rows` into `logits`, or, when `hidden` is set, every row's final-norm output
   // (rows x n_embd) into it instead, after `hidden_layers` layers (0: all). Only
   // embeddings may stop early: the later layers' KV of those rows is then never written.
+  // Adds each chunk's routed expert evaluations to its sequence's ExpertTraffic.
+  void CountExperts(absl::Span<const SequenceChunk> chunks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
                        float* hidden = nullptr, int hidden_layers = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) override

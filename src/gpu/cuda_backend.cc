@@ -387,6 +387,7 @@ absl::Status CudaBackend::Init() {
     moe.push_back({i, e.count, e.used, bytes / e.count, {}});
   }
   if (budget > 0 && !moe.empty()) {
+    if (!options_.place_experts) return absl::InvalidArgumentError("a GPU memory budget needs an expert placement policy");
     // What the device holds whatever the placement: measured with no routed expert on it.
     std::vector<std::vector<bool>> keep(c.n_layers);
     for (const ExpertLayerFacts& l : moe) keep[l.layer].assign(l.experts, false);
@@ -399,7 +400,6 @@ absl::Status CudaBackend::Init() {
     facts.layers = moe;
     api.destroy(device_model_);
     device_model_ = nullptr;
-    if (!options_.place_experts) return absl::InvalidArgumentError("a GPU memory budget needs an expert placement policy");
     HETERO_ASSIGN_OR_RETURN(ExpertPlacement placement, options_.place_experts(facts));
     HETERO_ASSIGN_OR_RETURN(uint64_t resident, ResidentExpertBytes(facts, placement));
     if (facts.fixed_bytes + resident > budget) {
@@ -479,6 +479,7 @@ absl::StatusOr<SavedSequence> CudaBackend::SwapOut(SequenceId seq) {
                                       "copying KV to the host", message));
   MutexLock lock(&mutex_);
   kv_.FreeSequence(seq);
+  expert_traffic_.erase(seq);
   return saved;
 }
 

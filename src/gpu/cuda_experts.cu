@@ -93,7 +93,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int idx = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (idx >= rows * used * n_ff) return;
   const int j = idx % n_ff, slot = idx / n_ff, r = slot / used;
-  const int held = slot_of != nullptr ? slot_of[choices[slot]] : choices[slot];
+  const int chosen = choices[slot];  // -1 only from NaN logits; the host step then reports it
+  const int held = chosen < 0 ? -1 : slot_of != nullptr ? slot_of[chosen] : chosen;
   if (held < 0) return;  // the host's; the down kernel skips it
   const int row = held * n_ff + j;
   const float* x = h + static_cast<size_t>(r) * n_embd;
@@ -124,7 +125,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   float v = 0.0f;
   for (int i = 0; i < used; ++i) {
     const int slot = r * used + i;
-    const int held = slot_of != nullptr ? slot_of[choices[slot]] : choices[slot];
+    const int chosen = choices[slot];
+    const int held = chosen < 0 ? -1 : slot_of != nullptr ? slot_of[chosen] : chosen;
     if (held < 0) continue;
     const int row = held * n_embd + j;
     const float* x = act + static_cast<size_t>(slot) * n_ff;

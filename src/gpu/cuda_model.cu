@@ -637,7 +637,12 @@ struct Model {
       }
       HETERO_CUDA_TRY(cudaGraphLaunch(it->second, stream));
     } else {
-      HETERO_FAILURE_TRY(Enqueue(a.n_rows, a.n_logit_rows, a.table_stride));
+      if (Failure enqueued = Enqueue(a.n_rows, a.n_logit_rows, a.table_stride); !enqueued.ok()) {
+        // Host nodes already queued still run and use the host buffers: let them finish
+        // before the next pass reuses them.
+        cudaStreamSynchronize(stream);
+        return enqueued;
+      }
     }
     if (a.greedy_tokens != nullptr) {
       LaunchArgmax(logits.as<float>(), a.n_logit_rows, c.n_vocab, greedy.as<int32_t>(), stream);

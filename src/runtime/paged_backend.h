@@ -85,7 +85,7 @@ class PagedBackend : public Backend {
   mutable Mutex mutex_;
   KvBlockTable kv_ ABSL_GUARDED_BY(mutex_);
   absl::flat_hash_map<SequenceId, SequenceAdapter> adapters_ ABSL_GUARDED_BY(mutex_);  // active ones only
-  // Per sequence id; an id's entry restarts with NewSequence.
+  // Per live sequence id; erased when the sequence is freed or swapped out.
   absl::flat_hash_map<SequenceId, ExpertTraffic> expert_traffic_ ABSL_GUARDED_BY(mutex_);
 };
 
