@@ -126,12 +126,8 @@ std::vector<double> Reference(const Block& b, const std::vector<float>& h, bool 
   return out;
 }
 
-void CheckBlock(bool zero_router, bool normalize, bool shared) {
-  std::mt19937 rng(zero_router * 4 + normalize * 2 + shared + 7);
-  const Block block = RandomBlock(zero_router, rng);
-  const std::vector<uint8_t> bytes = BlockFile(block);
-  auto file = GgufFile::Parse(bytes);
-  ASSERT_TRUE(file.ok()) << file.status();
+// The test block's tensors (BlockFile) as an experts definition.
+ExpertsDefinition BlockDefinition(bool normalize, bool shared) {
   ExpertsDefinition d;
   d.router = "router";
   d.gate = "gate";
@@ -148,6 +144,16 @@ void CheckBlock(bool zero_router, bool normalize, bool shared) {
     d.shared_down = "shared_down";
     d.shared_n_ff = kSharedFf;
   }
+  return d;
+}
+
+void CheckBlock(bool zero_router, bool normalize, bool shared) {
+  std::mt19937 rng(zero_router * 4 + normalize * 2 + shared + 7);
+  const Block block = RandomBlock(zero_router, rng);
+  const std::vector<uint8_t> bytes = BlockFile(block);
+  auto file = GgufFile::Parse(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const ExpertsDefinition d = BlockDefinition(normalize, shared);
   LinearContext dnnl;
   auto experts = CpuExperts::Create(
       **file, d, FfnActivation::kSilu,
@@ -195,20 +201,7 @@ TEST(CpuExpertsTest, ChosenExpertsSplitAcrossTwoHoldersSumToTheReference) {
   const std::vector<uint8_t> bytes = BlockFile(block);
   auto file = GgufFile::Parse(bytes);
   ASSERT_TRUE(file.ok()) << file.status();
-  ExpertsDefinition d;
-  d.router = "router";
-  d.gate = "gate";
-  d.up = "up";
-  d.down = "down";
-  d.count = kExperts;
-  d.used = kUsed;
-  d.n_ff = kFf;
-  d.normalize_weights = true;
-  d.shared_gate_input = "shared_input";  // present, and left out by ForwardChosen
-  d.shared_gate = "shared_gate";
-  d.shared_up = "shared_up";
-  d.shared_down = "shared_down";
-  d.shared_n_ff = kSharedFf;
+  const ExpertsDefinition d = BlockDefinition(/*normalize=*/true, /*shared=*/true);  // ForwardChosen leaves the shared one out
   LinearContext dnnl;
   const auto make = [&](const GgufTensorInfo& t) { return MakeOneDnnLinear(dnnl, t, MatmulPrecision::kF32); };
   std::vector<bool> even(kExperts), odd(kExperts);
