@@ -177,6 +177,11 @@ typedef struct hetero_engine_options {
   /* The most device memory the model may hold on each GPU, bytes; 0: no budget (see
    * EngineOptions::gpu_memory_budget_bytes in include/hetero/engine.h). */
   uint64_t gpu_memory_budget_bytes;
+  /* A file hetero_engine_save_expert_usage wrote on an earlier run of this model: which
+   * experts of a mixture-of-experts model the placement within the budget keeps on the GPU
+   * (the most used). NULL or "": none. A missing, corrupt or misfit file fails
+   * hetero_engine_create (NOT_FOUND, INVALID_ARGUMENT). */
+  const char* expert_usage_path;
 } hetero_engine_options;
 
 /* Fills `options` with the defaults (and struct_size). */
@@ -332,6 +337,16 @@ HETERO_C_API hetero_status hetero_engine_restore_session(hetero_engine* engine, 
                                                          hetero_session** out_session);
 HETERO_C_API hetero_status hetero_engine_restore_session_file(hetero_engine* engine, const char* path,
                                                               hetero_session** out_session);
+/* ---- Mixture-of-experts usage ------------------------------------------------------- */
+
+/* Writes how often each routed expert was chosen (the options' expert_usage_path counts
+ * plus every choice since load; JSON, docs/RUNTIME.md "Expert placement") to `path`, whole
+ * or not at all, for a later engine's expert_usage_path. A dense model writes no layers.
+ * INVALID_ARGUMENT for NULL or empty arguments or a path that cannot be written; NOT_FOUND
+ * when its directory does not exist.
+ * Thread-safe. */
+HETERO_C_API hetero_status hetero_engine_save_expert_usage(const hetero_engine* engine, const char* path);
+
 /* ---- LoRA adapters -------------------------------------------------------------------- */
 
 /* Loads a LoRA adapter in llama.cpp's GGUF adapter format (convert_lora_to_gguf.py) under

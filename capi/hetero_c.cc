@@ -300,6 +300,7 @@ hetero_status hetero_engine_create(const hetero_engine_options* options, hetero_
     if (o.scheduler != nullptr) engine_options.scheduler = o.scheduler;
     if (o.max_sessions > 0) engine_options.max_sessions = o.max_sessions;
     engine_options.gpu_memory_budget_bytes = o.gpu_memory_budget_bytes;
+    if (o.expert_usage_path != nullptr) engine_options.expert_usage_path = o.expert_usage_path;
     if (o.scheduler_callback != nullptr) {
       engine_options.custom_scheduler = std::make_shared<CallbackScheduler>(
           o.scheduler_callback, o.scheduler_user_data, o.scheduler_name != nullptr ? o.scheduler_name : "c-callback");
@@ -578,6 +579,15 @@ hetero_status hetero_session_save_state_file(hetero_session* session, const char
 }
 
 void hetero_bytes_free(uint8_t* bytes) { std::free(bytes); }
+
+hetero_status hetero_engine_save_expert_usage(const hetero_engine* engine, const char* path) {
+  return Guard("hetero_engine_save_expert_usage", [&]() -> hetero_status {
+    if (engine == nullptr) return NullArgument("hetero_engine_save_expert_usage", "engine");
+    if (path == nullptr) return NullArgument("hetero_engine_save_expert_usage", "path");
+    if (*path == '\0') return Fail(HETERO_INVALID_ARGUMENT, "hetero_engine_save_expert_usage: empty path");
+    return FromStatus(engine->engine->SaveExpertUsage(path));
+  });
+}
 
 hetero_status hetero_engine_load_adapter(hetero_engine* engine, const char* name, const char* path) {
   return Guard("hetero_engine_load_adapter", [&]() -> hetero_status {

@@ -1,7 +1,8 @@
 // hetero-bench: prompt-processing and generation throughput, like llama-bench.
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS]
-//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--json]
+//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB]
+//                [--expert-usage FILE] [--json]
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
@@ -16,9 +17,13 @@
 // steps from an empty sequence (end-of-sequence tokens are not special here); tg<N>_b<B>:
 // B sequences of 8 tokens decoded together, aggregate tokens per second.
 // Each is repeated REPS times (default 5); the median and the spread (min..max) are shown.
+// --expert-usage FILE (mixtures of experts): the counts in FILE, where it exists, guide the
+// expert placement under --gpu-budget-mib; afterwards FILE holds them plus this run's.
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <fstream>
+#include <iterator>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -179,6 +184,7 @@ int main(int argc, char** argv) {
   hetero::bench::AgenticOptions agentic;
   int soak_seconds = 0;
   uint64_t gpu_budget_bytes = 0;
+  std::string expert_usage_path;
   std::string route_dataset;
   int route_layers = 0;
   bool prefix_sharing = false;
@@ -215,6 +221,9 @@ int main(int argc, char** argv) {
       next_int(mib);
       if (mib < 1) return Fail("--gpu-budget-mib needs a size of at least 1 MiB");
       gpu_budget_bytes = static_cast<uint64_t>(mib) << 20;
+    } else if (a == "--expert-usage") {
+      if (i + 1 >= argc) return Fail("--expert-usage needs a path");
+      expert_usage_path = argv[++i];
     } else if (a == "--sessions") {
       next_int(sessions);
     } else if (a == "--calibrate") {
@@ -260,7 +269,7 @@ int main(int argc, char** argv) {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--json]\n"
+                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--expert-usage FILE] [--json]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl [--layers N|auto]] [--json] [--plot FILE.svg]\n"
@@ -324,6 +333,16 @@ int main(int argc, char** argv) {
   options.bf16_min_rows = bf16_min_rows;
   options.cpu_precision = precision_name;
   options.gpu_memory_budget_bytes = gpu_budget_bytes;
+  if (!expert_usage_path.empty()) {
+    if (calibrate || sessions > 0) return Fail("--expert-usage goes with the throughput benchmark alone");
+    std::ifstream in(expert_usage_path, std::ios::binary);
+    if (in) {  // else the first run: this one's counts start the file
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      auto usage = hetero::ParseExpertUsage(text);
+      if (!usage.ok()) return Fail(expert_usage_path + ": " + std::string(usage.status().message()));
+      options.expert_usage = *std::move(usage);
+    }
+  }
   options.prompt_tokens = prompt;
   options.generate_tokens = gen;
   options.batches = batches;
@@ -367,6 +386,22 @@ int main(int argc, char** argv) {
   for (const auto& [batch, rates] : measured->batched_decode_tokens_per_s) {
     if (std::find(batches.begin(), batches.end(), batch) != batches.end()) {
       report(absl::StrFormat("tg%d_b%d", gen, batch), rates);
+    }
+  }
+  if (!expert_usage_path.empty()) {
+    auto total = hetero::AddExpertUsage(options.expert_usage, measured->expert_usage);
+    if (!total.ok()) return Fail(std::string(total.status().message()));
+    uint64_t evaluations = 0;
+    for (const hetero::ExpertUsage::Layer& l : total->layers) {
+      for (uint64_t n : l.evaluations) evaluations += n;
+    }
+    std::ofstream file(expert_usage_path, std::ios::binary | std::ios::trunc);
+    file << hetero::ExpertUsageToJson(*total);
+    if (!file) return Fail("cannot write " + expert_usage_path);
+    out["expert_usage"] = {{"path", expert_usage_path}, {"layers", total->layers.size()}, {"evaluations", evaluations}};
+    if (!json) {
+      std::printf("expert usage: %llu evaluations over %zu layers in %s\n",
+                  static_cast<unsigned long long>(evaluations), total->layers.size(), expert_usage_path.c_str());
     }
   }
   if (json) std::printf("%s\n", out.dump(2).c_str());

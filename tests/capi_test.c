@@ -810,6 +810,41 @@ static void test_adapters(const char* model) {
   hetero_engine_destroy(engine);
 }
 
+/* Expert usage: saved by one engine and read by the next; a missing or misfit file is
+ * refused at create (the default model is dense: it writes no layers). */
+static void test_expert_usage(const char* model) {
+  hetero_engine* engine = open_engine(model, 0);
+  if (engine == NULL) return;
+  const char* path = "build/capi_test_expert_usage.json";
+  EXPECT(hetero_engine_save_expert_usage(engine, path), HETERO_OK, NULL);
+  EXPECT(hetero_engine_save_expert_usage(NULL, path), HETERO_INVALID_ARGUMENT, "engine");
+  EXPECT(hetero_engine_save_expert_usage(engine, NULL), HETERO_INVALID_ARGUMENT, "path");
+  EXPECT(hetero_engine_save_expert_usage(engine, ""), HETERO_INVALID_ARGUMENT, "empty path");
+  EXPECT(hetero_engine_save_expert_usage(engine, "/no/such/dir/usage.json"), HETERO_NOT_FOUND, "cannot write");
+  hetero_engine_destroy(engine);
+  hetero_engine_options eo;
+  hetero_engine_options_default(&eo);
+  eo.model_path = model;
+  eo.threads = 1;
+  eo.expert_usage_path = path;
+  engine = NULL;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_OK, NULL);
+  hetero_engine_destroy(engine);
+  eo.expert_usage_path = "/no/such/usage.json";
+  engine = NULL;
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_NOT_FOUND, "cannot be opened");
+  CHECK(engine == NULL);
+  FILE* f = fopen(path, "wb");
+  if (f != NULL) {
+    fputs("{\"expert_usage_version\": 1, \"layers\": [{\"layer\": 0, \"evaluations\": [4, 2]}]}", f);
+    fclose(f);
+    eo.expert_usage_path = path;
+    EXPECT(hetero_engine_create(&eo, &engine), HETERO_INVALID_ARGUMENT, "no mixture of experts");
+    CHECK(engine == NULL);
+  }
+  remove(path);
+}
+
 /* Session state: saved from one engine, restored into another, the next turn is the
  * uninterrupted session's; bad state and arguments are refused. */
 static void test_state(const char* model) {
@@ -891,6 +926,7 @@ int main(int argc, char** argv) {
   test_devices(model);
   test_state(model);
   test_adapters(model);
+  test_expert_usage(model);
   CHECK(log_messages > 0); /* at least the device notice */
   hetero_set_log_callback(NULL, NULL, HETERO_LOG_DEBUG);
   if (failures) {

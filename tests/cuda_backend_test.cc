@@ -309,6 +309,77 @@ TEST(CudaExpertPlacementTest, EveryPlacementMatchesTheCpuF32PathWithinItsBudget)
   }
 }
 
+// Earlier runs' usage (CudaBackendOptions::expert_usage, from EngineOptions::
+// expert_usage_path) reaches the placement's facts, and the GPU counts the choices of each
+// layer whose experts are partly on the host as the CPU counts the same tokens' choices.
+TEST(CudaExpertPlacementTest, UsageReachesThePlacementAndTheHostPathCountsChoices) {
+  HETERO_SKIP_WITHOUT_GPU();
+  testing::TinyModelOptions o;
+  o.architecture = "olmoe";
+  o.weight_type = TensorType::kQ4_1;
+  o.n_embd = 128;
+  o.n_heads = 4;
+  o.n_kv_heads = 2;
+  o.n_experts = 8;
+  o.n_experts_used = 3;
+  o.n_ff_expert = 32;
+  auto model = Model::Load(testing::WriteTinyModel(o, "cuda_usage_olmoe.gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto cpu = CpuReference(**model);
+  ASSERT_TRUE(cpu);
+  // Usage from a CPU run of one prompt.
+  {
+    std::vector<float> logits(o.n_vocab);
+    const SequenceId seq = *cpu->NewSequence();
+    ASSERT_TRUE(cpu->Prefill(seq, RandomTokens(41, o.n_vocab, 5), absl::MakeSpan(logits)).ok());
+    cpu->FreeSequence(seq);
+  }
+  const ExpertUsage measured = cpu->expert_usage();
+  ASSERT_EQ(measured.layers.size(), static_cast<size_t>(o.n_layers));
+  ExpertPlacementFacts seen;
+  const auto make = [&](uint64_t budget) {
+    CudaBackendOptions options;
+    options.kv_capacity_tokens = 1024;
+    options.max_sequences = 8;
+    options.memory_budget_bytes = budget;
+    options.host_threads = 2;
+    options.expert_usage = measured;
+    options.place_experts = [&](const ExpertPlacementFacts& facts) {
+      seen = facts;
+      return PlaceExpertsWithinBudget(facts);
+    };
+    return CudaBackend::Create(**model, options);
+  };
+  { ASSERT_TRUE(make(uint64_t{1} << 40).ok()); }
+  ASSERT_EQ(seen.layers.size(), measured.layers.size());
+  uint64_t expert_bytes = 0;
+  for (size_t i = 0; i < seen.layers.size(); ++i) {
+    EXPECT_EQ(seen.layers[i].usage, std::vector<double>(measured.layers[i].evaluations.begin(),
+                                                        measured.layers[i].evaluations.end()));
+    expert_bytes += seen.layers[i].experts * seen.layers[i].bytes_per_expert;
+  }
+  auto gpu = make(seen.fixed_bytes + expert_bytes / 2);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const ExpertUsage cpu_before = cpu->expert_usage();
+  const Comparison c = CompareGreedy(**gpu, *cpu, RandomTokens(23, o.n_vocab, 9), 8);
+  EXPECT_EQ(c.equal_steps, 8);
+  const ExpertUsage on_gpu = (*gpu)->expert_usage();
+  const ExpertUsage cpu_after = cpu->expert_usage();
+  ASSERT_FALSE(on_gpu.layers.empty()) << "half the experts on the host, yet no layer counted";
+  for (const ExpertUsage::Layer& l : on_gpu.layers) {
+    uint64_t gpu_total = 0, cpu_total = 0;
+    for (int e = 0; e < o.n_experts; ++e) {
+      const uint64_t want = cpu_after.layers[l.layer].evaluations[e] - cpu_before.layers[l.layer].evaluations[e];
+      gpu_total += l.evaluations[e];
+      cpu_total += want;
+      // A routing near-tie may swap a choice between the devices' sums; none is expected.
+      EXPECT_NEAR(static_cast<double>(l.evaluations[e]), static_cast<double>(want), 2.0)
+          << "layer " << l.layer << " expert " << e;
+    }
+    EXPECT_EQ(gpu_total, cpu_total) << "layer " << l.layer;  // every row's choices, on both
+  }
+}
+
 // Through the engine (the tiny files have no tokenizer, so the default model, dense: the
 // budget is checked, nothing placed): a budget too small fails Engine::Create.
 TEST(CudaExpertPlacementTest, TheEngineRefusesABudgetTooSmallAtLoad) {

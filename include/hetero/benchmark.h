@@ -31,6 +31,9 @@ struct BackendBenchmarkOptions {
   // GPU: EngineOptions::gpu_memory_budget_bytes (0: none); a mixture-of-experts model's
   // experts are then placed by PlaceExpertsWithinBudget.
   uint64_t gpu_memory_budget_bytes = 0;
+  // Earlier runs' counts for that placement (EngineOptions::expert_usage_path's); checked
+  // against the model (InvalidArgument when they do not fit it).
+  ExpertUsage expert_usage;
 };
 
 struct BackendBenchmarkResult {
@@ -40,6 +43,7 @@ struct BackendBenchmarkResult {
   std::vector<double> prefill_tokens_per_s;  // one per repetition
   std::vector<double> decode_tokens_per_s;
   std::vector<std::pair<int, std::vector<double>>> batched_decode_tokens_per_s;  // (batch, runs)
+  ExpertUsage expert_usage;  // the backend's counts over the whole run (Engine::expert_usage)
 };
 
 // InvalidArgument for counts below their minimum (repetitions, threads, batches < 1);

@@ -69,6 +69,12 @@ struct EngineOptions {
   // scheduler's PlaceExperts chooses and evaluates the other routed experts on the CPU;
   // Engine::Create fails (ResourceExhausted) when the budget cannot hold what the GPU must.
   uint64_t gpu_memory_budget_bytes = 0;
+  // A file Engine::SaveExpertUsage wrote on an earlier run of this model: its counts say
+  // which routed experts the placement within gpu_memory_budget_bytes should keep on the
+  // GPU (the most used per byte), and Engine::expert_usage adds to them. Empty: none (every
+  // expert taken as equally used). A missing, unreadable or corrupt file, or one that names
+  // layers or expert counts this model does not have, fails Engine::Create.
+  std::string expert_usage_path;
 };
 
 // How Engine::Embed turns a text's hidden states into one vector.
@@ -428,6 +434,14 @@ class HETERO_EXPORT Engine {
   absl::StatusOr<std::vector<std::vector<float>>> EmbedTokens(const std::vector<std::vector<int32_t>>& tokens,
                                                               const EmbedOptions& options = {});
   EngineStats stats() const;
+  // How often each routed expert of a mixture-of-experts model was chosen: the counts of
+  // EngineOptions::expert_usage_path plus every choice the devices made or saw since load
+  // (the CPU's every one; a GPU's those of layers whose experts are partly on the host).
+  // Empty for a dense model.
+  ExpertUsage expert_usage() const;
+  // Writes expert_usage() to `path` (JSON, include/hetero/scheduler.h), whole or not at
+  // all, for a later engine's EngineOptions::expert_usage_path.
+  absl::Status SaveExpertUsage(const std::string& path) const;
   std::string scheduler_name() const;
   // One line per device: available or why not, and the costs the scheduler uses.
   std::string DescribeDevices() const;

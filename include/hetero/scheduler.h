@@ -161,6 +161,26 @@ struct ExpertPlacementFacts {
   std::vector<ExpertLayerFacts> layers;  // the mixture-of-experts layers, ascending
 };
 
+// How often each routed expert was chosen (token x chosen expert), per mixture-of-experts
+// layer: what Engine::expert_usage measures, what Engine::SaveExpertUsage writes and
+// EngineOptions::expert_usage_path reads back, so that a later load places the experts an
+// earlier run used most (it fills ExpertLayerFacts::usage).
+struct ExpertUsage {
+  struct Layer {
+    int layer = 0;                      // the model's layer index
+    std::vector<uint64_t> evaluations;  // per routed expert
+  };
+  std::vector<Layer> layers;  // ascending layer index, each at most once
+};
+// {"expert_usage_version": 1, "layers": [{"layer": L, "evaluations": [n, ...]}, ...]}
+HETERO_EXPORT std::string ExpertUsageToJson(const ExpertUsage& usage);
+// The JSON above, strictly: unknown keys, duplicate or unordered layers, negative or
+// fractional counts, and more than 65536 layers or experts per layer are InvalidArgument.
+HETERO_EXPORT absl::StatusOr<ExpertUsage> ParseExpertUsage(std::string_view json);
+// The layer-by-layer sum (a layer in one only is kept); InvalidArgument when a layer has a
+// different number of experts in each, or a sum would overflow.
+HETERO_EXPORT absl::StatusOr<ExpertUsage> AddExpertUsage(const ExpertUsage& a, const ExpertUsage& b);
+
 // Which routed experts the GPU holds; the CPU evaluates the others.
 struct ExpertPlacement {
   std::vector<std::vector<bool>> on_gpu;  // per entry of facts.layers, per expert

@@ -248,9 +248,12 @@ def _read_logprobs(handle):
 class Engine:
     """A loaded model and its workers. `model_path` None: $HETERO_MODEL, then the default.
     `gpu_memory_budget_bytes`: the most device memory the model may hold on each GPU (0:
-    no budget); a mixture-of-experts model then keeps the experts that do not fit on the CPU."""
+    no budget); a mixture-of-experts model then keeps the experts that do not fit on the CPU.
+    `expert_usage_path`: a file save_expert_usage() wrote on an earlier run; the experts it
+    counts as most used are the ones kept on the GPU."""
 
-    def __init__(self, model_path=None, threads=0, scheduler="seed", max_sessions=0, gpu_memory_budget_bytes=0):
+    def __init__(self, model_path=None, threads=0, scheduler="seed", max_sessions=0, gpu_memory_budget_bytes=0,
+                 expert_usage_path=None):
         options = _lib.EngineOptions()
         _c.hetero_engine_options_default(ctypes.byref(options))
         options.model_path = _args.path(model_path, "model_path")
@@ -259,6 +262,7 @@ class Engine:
         options.max_sessions = _args.integer(max_sessions, "max_sessions", minimum=0, maximum=(1 << 31) - 1)
         options.gpu_memory_budget_bytes = _args.integer(gpu_memory_budget_bytes, "gpu_memory_budget_bytes", minimum=0,
                                                         maximum=(1 << 64) - 1)
+        options.expert_usage_path = _args.path(expert_usage_path, "expert_usage_path")
         self._handle = ctypes.c_void_p()
         _check(_c.hetero_engine_create(ctypes.byref(options), ctypes.byref(self._handle)))
 
@@ -278,6 +282,16 @@ class Engine:
         encoded = _args.path(path, "path")
         self._check_open()
         return Session._adopt(self, lambda out: _c.hetero_engine_restore_session_file(self._handle, encoded, out))
+
+    def save_expert_usage(self, path):
+        """Writes how often each routed expert of a mixture-of-experts model was chosen
+        (expert_usage_path's counts plus this engine's) to `path`, for a later Engine's
+        expert_usage_path. A dense model writes no layers."""
+        if path is None:
+            raise TypeError("path must be a str, bytes or os.PathLike, not None")
+        encoded = _args.path(path, "path")
+        self._check_open()
+        _check(_c.hetero_engine_save_expert_usage(self._handle, encoded))
 
     def load_adapter(self, name, path):
         """Loads a LoRA adapter in llama.cpp's GGUF adapter format (convert_lora_to_gguf.py)

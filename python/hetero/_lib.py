@@ -51,7 +51,8 @@ class EngineOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("model_path", ctypes.c_char_p), ("threads", ctypes.c_int32),
                 ("scheduler", ctypes.c_char_p), ("max_sessions", ctypes.c_int32),
                 ("scheduler_callback", ctypes.c_void_p), ("scheduler_user_data", ctypes.c_void_p),
-                ("scheduler_name", ctypes.c_char_p), ("gpu_memory_budget_bytes", ctypes.c_uint64)]
+                ("scheduler_name", ctypes.c_char_p), ("gpu_memory_budget_bytes", ctypes.c_uint64),
+                ("expert_usage_path", ctypes.c_char_p)]
 
 
 TOOL_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -129,6 +130,7 @@ def _declare(lib):
         "hetero_engine_restore_session_file": (c_status, [p, ctypes.c_char_p, pp]),
         "hetero_session_cancel": (c_status, [p]),
         "hetero_engine_load_adapter": (c_status, [p, ctypes.c_char_p, ctypes.c_char_p]),
+        "hetero_engine_save_expert_usage": (c_status, [p, ctypes.c_char_p]),
         "hetero_session_set_adapter": (c_status, [p, ctypes.c_char_p, ctypes.c_float]),
         "hetero_run_options_default": (None, [ctypes.POINTER(RunOptions)]),
         "hetero_session_run": (c_status, [p, ctypes.c_char_p, ctypes.POINTER(RunOptions), pp]),

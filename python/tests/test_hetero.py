@@ -159,6 +159,31 @@ def test_engine_argument_types():
         hetero.Engine(str(MODEL), gpu_memory_budget_bytes=1 << 64)
     with pytest.raises(TypeError, match="gpu_memory_budget_bytes"):
         hetero.Engine(str(MODEL), gpu_memory_budget_bytes=1.5e9)
+    with pytest.raises(TypeError, match="expert_usage_path"):
+        hetero.Engine(str(MODEL), expert_usage_path=7)
+
+
+@needs_model
+def test_expert_usage_file(engine, tmp_path):
+    # The default model is dense: its usage file names no layers, and reads back.
+    path = tmp_path / "usage.json"
+    engine.save_expert_usage(path)
+    assert json.loads(path.read_text()) == {"expert_usage_version": 1, "layers": []}
+    hetero.Engine(str(MODEL), threads=1, expert_usage_path=path).close()
+    with pytest.raises(hetero.NotFound, match="cannot be opened"):
+        hetero.Engine(str(MODEL), threads=1, expert_usage_path=tmp_path / "missing.json")
+    path.write_text('{"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [1, 2]}]}')
+    with pytest.raises(hetero.InvalidArgument, match="layer 0 has no mixture of experts"):
+        hetero.Engine(str(MODEL), threads=1, expert_usage_path=path)
+    path.write_text('{"expert_usage_version": 1, "layers": [')
+    with pytest.raises(hetero.InvalidArgument, match="not JSON"):
+        hetero.Engine(str(MODEL), threads=1, expert_usage_path=path)
+    with pytest.raises(hetero.InvalidArgument, match="empty path"):
+        engine.save_expert_usage("")
+    with pytest.raises(hetero.NotFound, match="cannot write"):
+        engine.save_expert_usage(tmp_path / "no-such-dir" / "usage.json")
+    with pytest.raises(TypeError, match="path"):
+        engine.save_expert_usage(None)
 
 
 @needs_model

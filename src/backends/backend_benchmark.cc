@@ -14,6 +14,8 @@
 #include "src/gpu/cuda_backend.h"
 #include "src/gpu/cuda_module_abi.h"
 #include "src/gpu/cuda_module_loader.h"
+#include "src/runtime/expert_usage.h"
+#include "src/runtime/model_impl.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -42,6 +44,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, const B
     gpu.max_sequences = std::max(64, max_batch);
     gpu.memory_budget_bytes = o.gpu_memory_budget_bytes;
     gpu.place_experts = PlaceExpertsWithinBudget;
+    gpu.expert_usage = o.expert_usage;
     gpu.host_threads = o.threads > 0 ? o.threads : DefaultCpuThreads();
     HETERO_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend, CudaBackend::Create(model, gpu));
     return std::unique_ptr<Backend>(std::move(backend));
@@ -68,6 +71,7 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
   }
   HETERO_ASSIGN_OR_RETURN(std::string path, ResolveModelPath(model_path));
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(path));
+  HETERO_RETURN_IF_ERROR(CheckExpertUsageFitsModel(o.expert_usage, model->impl().definition, "benchmark: expert usage"));
   const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
   const int kv_tokens = std::max(o.prompt_tokens, 8) + std::max(max_batch, 8) * (o.generate_tokens + 16);
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(*model, o, kv_tokens, max_batch));
@@ -139,6 +143,7 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
     }
     result.batched_decode_tokens_per_s.emplace_back(batch, std::move(rates));
   }
+  result.expert_usage = b.expert_usage();
   return result;
 }
 

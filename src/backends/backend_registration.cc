@@ -59,6 +59,7 @@ absl::StatusOr<std::vector<DeviceSlot>> CreateDeviceBackends(const Model& model,
     gpu.memory_budget_bytes = request.gpu_memory_budget_bytes;
     gpu.place_experts = request.place_experts;
     gpu.host_threads = cpu.threads;
+    gpu.expert_usage = request.expert_usage;
     absl::StatusOr<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(model, gpu);
     if (!created.ok() && request.gpu_memory_budget_bytes > 0 && absl::IsResourceExhausted(created.status())) {
       // The caller's budget cannot work: say so at load rather than run without the GPU.

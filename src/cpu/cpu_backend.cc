@@ -224,6 +224,14 @@ float* CpuBackend::KvBlock(int block) {
   return storage.get();
 }
 
+ExpertUsage CpuBackend::expert_usage() const {
+  ExpertUsage usage;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].experts != nullptr) usage.layers.push_back({static_cast<int>(i), layers_[i].experts->usage()});
+  }
+  return usage;
+}
+
 absl::Status CpuBackend::Forward(const std::vector<Row>& rows, const std::vector<int>& logit_rows, float* logits,
                                 float* hidden, int hidden_layers) {
   const ModelConfig& c = config_;

@@ -59,6 +59,7 @@ class CpuBackend : public PagedBackend {
   absl::StatusOr<SequenceId> SwapIn(const SavedSequence& saved) override;
   absl::Status Step(absl::Span<const SequenceChunk> chunks, absl::Span<float> logits) override;
   bool can_apply_adapters() const override { return true; }
+  ExpertUsage expert_usage() const override;
 
   // Logits for every position of `tokens` appended to `seq` (tests: compare decode with
   // recompute). `logits` holds tokens.size() x vocab_size floats.

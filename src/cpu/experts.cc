@@ -65,7 +65,7 @@ absl::StatusOr<std::unique_ptr<CpuExperts>> CpuExperts::Create(const GgufFile& f
     HETERO_ASSIGN_OR_RETURN(block->shared_.up, make_linear(*file.FindTensor(d.shared_up)));
     HETERO_ASSIGN_OR_RETURN(block->shared_.down, make_linear(*file.FindTensor(d.shared_down)));
   }
-  block->usage_.assign(d.count, 0);
+  block->usage_ = std::make_unique<std::atomic<uint64_t>[]>(d.count);
   block->rows_of_.resize(d.count);
   return block;
 }
@@ -115,9 +115,15 @@ void CpuExperts::Route(const float* h, int rows) {
       weights_[static_cast<size_t>(r) * k + i] =
           def_.normalize_weights ? static_cast<float>(probs_[e] / chosen) : probs_[e];
       rows_of_[e].push_back(r);
-      ++usage_[e];
+      usage_[e].fetch_add(1, std::memory_order_relaxed);
     }
   }
+}
+
+std::vector<uint64_t> CpuExperts::usage() const {
+  std::vector<uint64_t> out(def_.count);
+  for (int e = 0; e < def_.count; ++e) out[e] = usage_[e].load(std::memory_order_relaxed);
+  return out;
 }
 
 absl::Status CpuExperts::Forward(const float* h, int rows, float* out, LinearScratch& scratch) {
@@ -137,12 +143,12 @@ absl::Status CpuExperts::ForwardChosen(const float* h, int rows, const int32_t* 
     for (int i = 0; i < k; ++i) {
       const int e = choices_[static_cast<size_t>(r) * k + i];
       if (e < 0 || e >= n) return absl::InvalidArgumentError(absl::StrCat("ForwardChosen: expert id ", e, " of ", n));
+      usage_[e].fetch_add(1, std::memory_order_relaxed);
       if (!here[e]) continue;
       if (experts_[e].gate == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat("ForwardChosen: expert ", e, " was not loaded here"));
       }
       rows_of_[e].push_back(r);
-      ++usage_[e];
     }
   }
   return RoutedSum(h, rows, out, scratch);

@@ -10,6 +10,7 @@
 #ifndef HETERO_CPU_EXPERTS_H_
 #define HETERO_CPU_EXPERTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,8 +47,10 @@ class CpuExperts {
   std::vector<const Linear*> matrices() const;
   // Bytes the block holds beside its matrices (the router's f32 weights).
   size_t router_bytes() const { return router_.size() * sizeof(float); }
-  // Expert evaluations (token x chosen expert) since load, per expert.
-  const std::vector<uint64_t>& usage() const { return usage_; }
+  // Expert evaluations (token x chosen expert) since load, per expert: every choice that
+  // Forward made, and every valid choice ForwardChosen was given (whichever device ran it).
+  // Safe to read while another thread runs a step.
+  std::vector<uint64_t> usage() const;
 
  private:
   struct Expert {
@@ -68,7 +71,7 @@ class CpuExperts {
   std::vector<Expert> experts_;
   Expert shared_;
   std::vector<float> shared_gate_input_;
-  std::vector<uint64_t> usage_;
+  std::unique_ptr<std::atomic<uint64_t>[]> usage_;  // per expert
   // Work buffers, reused across steps.
   std::vector<float> logits_, probs_;
   std::vector<int> choices_;

@@ -16,6 +16,7 @@
 #include "src/runtime/fp16.h"
 #include "src/runtime/model_impl.h"
 #include "src/runtime/models/model_definition.h"
+#include "src/runtime/expert_usage.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -398,6 +399,7 @@ absl::Status CudaBackend::Init() {
     facts.budget_bytes = budget;
     facts.fixed_bytes = api.device_bytes(device_model_);
     facts.layers = moe;
+    FillExpertLayerUsage(options_.expert_usage, facts.layers);
     api.destroy(device_model_);
     device_model_ = nullptr;
     HETERO_ASSIGN_OR_RETURN(ExpertPlacement placement, options_.place_experts(facts));
@@ -594,6 +596,10 @@ absl::Status CudaBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Spa
                                                    chunks.size() * config_.n_vocab));
   }
   return Run(chunks, logits.data(), nullptr);
+}
+
+ExpertUsage CudaBackend::expert_usage() const {
+  return host_experts_ != nullptr ? host_experts_->usage() : ExpertUsage{};
 }
 
 absl::Status CudaBackend::DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,

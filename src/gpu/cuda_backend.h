@@ -37,6 +37,8 @@ struct CudaBackendOptions {
   uint64_t memory_budget_bytes = 0;
   std::function<absl::StatusOr<ExpertPlacement>(const ExpertPlacementFacts&)> place_experts;
   int host_threads = 1;
+  // Earlier runs' expert usage (EngineOptions::expert_usage_path), for the placement.
+  ExpertUsage expert_usage;
 };
 
 class CudaBackend : public PagedBackend {
@@ -53,6 +55,8 @@ class CudaBackend : public PagedBackend {
   // Chooses on the device: only the chosen ids cross the bus.
   absl::Status DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                             absl::Span<int32_t> next) override;
+  // The layers whose choices pass through the host (experts there under a memory budget).
+  ExpertUsage expert_usage() const override;
 
  private:
   struct Row {

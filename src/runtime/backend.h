@@ -137,6 +137,11 @@ class Backend {
     return {};
   }
 
+  // Routed expert choices this backend evaluated or saw since load, per mixture-of-experts
+  // layer it counts (a GPU counts only the layers whose choices pass through the host).
+  // Safe to call while the backend runs a step.
+  virtual ExpertUsage expert_usage() const { return {}; }
+
   // KV accounting, in tokens.
   virtual int kv_capacity_tokens() const = 0;
   virtual int kv_used_tokens() const = 0;  // tokens held by live sequences

@@ -30,6 +30,7 @@ struct BackendRequest {
   // model's experts within it (the engine's scheduler).
   uint64_t gpu_memory_budget_bytes = 0;
   std::function<absl::StatusOr<ExpertPlacement>(const ExpertPlacementFacts&)> place_experts;
+  ExpertUsage expert_usage;  // EngineOptions::expert_usage_path's counts, checked against the model
 };
 
 // A device as the backend registration found it: a backend, or why there is none.

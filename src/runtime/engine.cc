@@ -8,7 +8,9 @@
 #include "hetero/devices.h"
 #include "hetero/model.h"
 #include "src/runtime/engine_impl.h"
+#include "src/runtime/expert_usage.h"
 #include "src/runtime/log_internal.h"
+#include "src/runtime/model_impl.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -82,6 +84,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::string& model_
   request.place_experts = [scheduler = impl->scheduler](const ExpertPlacementFacts& facts) {
     return scheduler->PlaceExperts(facts);
   };
+  if (!options.expert_usage_path.empty()) {
+    HETERO_ASSIGN_OR_RETURN(impl->loaded_expert_usage, ReadExpertUsageFile(options.expert_usage_path));
+    HETERO_RETURN_IF_ERROR(CheckExpertUsageFitsModel(impl->loaded_expert_usage, impl->model->impl().definition,
+                                                     absl::StrCat("expert usage file '", options.expert_usage_path,
+                                                                  "'")));
+    request.expert_usage = impl->loaded_expert_usage;
+  }
   request.kv_capacity_tokens =
       options.kv_capacity_tokens > 0 ? options.kv_capacity_tokens : 4 * impl->model->config().context_length;
   HETERO_ASSIGN_OR_RETURN(std::vector<DeviceSlot> slots, CreateDeviceBackends(*impl->model, request));
@@ -222,6 +231,23 @@ EngineStats Engine::stats() const {
     s.kv_prefix_hit_tokens += kv.attached_tokens_total;
   }
   return s;
+}
+
+ExpertUsage Engine::expert_usage() const {
+  ExpertUsage usage = impl_->loaded_expert_usage;
+  for (const EngineDevice& d : impl_->devices->devices()) {
+    if (!d.available()) continue;
+    // Every device counts the model's own layers and experts, which the file was checked
+    // against: the sum cannot mismatch.
+    absl::StatusOr<ExpertUsage> sum = AddExpertUsage(usage, d.backend->expert_usage());
+    if (sum.ok()) usage = *std::move(sum);
+  }
+  return usage;
+}
+
+absl::Status Engine::SaveExpertUsage(const std::string& path) const {
+  if (path.empty()) return absl::InvalidArgumentError("SaveExpertUsage: empty path");
+  return WriteExpertUsageFile(expert_usage(), path);
 }
 
 std::string Engine::scheduler_name() const { return impl_->scheduler->name(); }

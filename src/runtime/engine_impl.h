@@ -45,6 +45,7 @@ struct Engine::Impl {
   std::shared_ptr<Scheduler> scheduler;
   Calibration calibration;
   bool calibrated = false;
+  ExpertUsage loaded_expert_usage;  // EngineOptions::expert_usage_path's counts
   std::unique_ptr<DeviceRegistry> devices;
   std::unique_ptr<Placer> placer;
   std::unique_ptr<StageServices> services;
