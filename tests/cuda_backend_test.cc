@@ -236,6 +236,23 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                            return name + "_" + TensorTypeName(info.param.type);
                          });
 
+// A GPU backend under a memory budget with the built-in expert placement, given `usage`;
+// `seen` receives the facts the placement was asked with.
+absl::StatusOr<std::unique_ptr<CudaBackend>> BudgetedGpu(const Model& model, uint64_t budget, const ExpertUsage& usage,
+                                                         ExpertPlacementFacts* seen) {
+  CudaBackendOptions options;
+  options.kv_capacity_tokens = 1024;
+  options.max_sequences = 8;
+  options.memory_budget_bytes = budget;
+  options.host_threads = 2;
+  options.expert_usage = usage;
+  options.place_experts = [seen](const ExpertPlacementFacts& facts) {
+    *seen = facts;
+    return PlaceExpertsWithinBudget(facts);
+  };
+  return CudaBackend::Create(model, options);
+}
+
 // A GPU memory budget on mixture-of-experts models: every placement, (a) all experts on the
 // GPU, (b) every routed expert on the host, (c) about half of them, gives the CPU f32
 // path's greedy tokens, and the device never holds more than the budget. A budget below
@@ -267,18 +284,7 @@ TEST(CudaExpertPlacementTest, EveryPlacementMatchesTheCpuF32PathWithinItsBudget)
     auto cpu = CpuReference(**model);
     ASSERT_TRUE(cpu);
     ExpertPlacementFacts seen;
-    const auto make = [&](uint64_t budget) {
-      CudaBackendOptions options;
-      options.kv_capacity_tokens = 1024;
-      options.max_sequences = 8;
-      options.memory_budget_bytes = budget;
-      options.host_threads = 2;
-      options.place_experts = [&](const ExpertPlacementFacts& facts) {
-        seen = facts;
-        return PlaceExpertsWithinBudget(facts);
-      };
-      return CudaBackend::Create(**model, options);
-    };
+    const auto make = [&](uint64_t budget) { return BudgetedGpu(**model, budget, {}, &seen); };
     {
       auto all = make(uint64_t{1} << 40);
       ASSERT_TRUE(all.ok()) << all.status();
@@ -337,19 +343,7 @@ TEST(CudaExpertPlacementTest, UsageReachesThePlacementAndTheHostPathCountsChoice
   const ExpertUsage measured = cpu->expert_usage();
   ASSERT_EQ(measured.layers.size(), static_cast<size_t>(o.n_layers));
   ExpertPlacementFacts seen;
-  const auto make = [&](uint64_t budget) {
-    CudaBackendOptions options;
-    options.kv_capacity_tokens = 1024;
-    options.max_sequences = 8;
-    options.memory_budget_bytes = budget;
-    options.host_threads = 2;
-    options.expert_usage = measured;
-    options.place_experts = [&](const ExpertPlacementFacts& facts) {
-      seen = facts;
-      return PlaceExpertsWithinBudget(facts);
-    };
-    return CudaBackend::Create(**model, options);
-  };
+  const auto make = [&](uint64_t budget) { return BudgetedGpu(**model, budget, measured, &seen); };
   { ASSERT_TRUE(make(uint64_t{1} << 40).ok()); }
   ASSERT_EQ(seen.layers.size(), measured.layers.size());
   uint64_t expert_bytes = 0;

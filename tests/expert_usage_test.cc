@@ -175,13 +175,7 @@ std::string WriteEngineModel(const testing::TinyModelOptions& o, const std::stri
     scores.push_back(-static_cast<float>(i));
     types.push_back(1);
   }
-  b.AddString("tokenizer.ggml.model", "llama");
-  b.AddStringArray("tokenizer.ggml.tokens", tokens);
-  b.AddFloat32Array("tokenizer.ggml.scores", scores);
-  b.AddInt32Array("tokenizer.ggml.token_type", types);
-  b.AddUint32("tokenizer.ggml.unknown_token_id", 0);
-  b.AddUint32("tokenizer.ggml.bos_token_id", 1);
-  b.AddUint32("tokenizer.ggml.eos_token_id", 2);
+  b.AddSpmVocabulary(tokens, scores, types);
   return testing::WriteTempFile(b.Build(), name);
 }
 

@@ -44,13 +44,7 @@ testing::GgufBuilder SpmModelBuilder(const nlohmann::json& data) {
     scores.push_back(p[1].get<float>());
     types.push_back(p[2].get<int32_t>());
   }
-  b.AddString("tokenizer.ggml.model", "llama");
-  b.AddStringArray("tokenizer.ggml.tokens", tokens);
-  b.AddFloat32Array("tokenizer.ggml.scores", scores);
-  b.AddInt32Array("tokenizer.ggml.token_type", types);
-  b.AddUint32("tokenizer.ggml.unknown_token_id", 0);
-  b.AddUint32("tokenizer.ggml.bos_token_id", 1);
-  b.AddUint32("tokenizer.ggml.eos_token_id", 2);
+  b.AddSpmVocabulary(tokens, scores, types);
   return b;
 }
 

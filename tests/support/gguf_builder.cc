@@ -87,6 +87,17 @@ GgufBuilder& GgufBuilder::AddInt32Array(const std::string& k, const std::vector<
   return AddRaw(k, Id(GgufValueType::kArray), std::move(payload));
 }
 
+GgufBuilder& GgufBuilder::AddSpmVocabulary(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                                           const std::vector<int32_t>& types) {
+  AddString("tokenizer.ggml.model", "llama");
+  AddStringArray("tokenizer.ggml.tokens", tokens);
+  AddFloat32Array("tokenizer.ggml.scores", scores);
+  AddInt32Array("tokenizer.ggml.token_type", types);
+  AddUint32("tokenizer.ggml.unknown_token_id", 0);
+  AddUint32("tokenizer.ggml.bos_token_id", 1);
+  return AddUint32("tokenizer.ggml.eos_token_id", 2);
+}
+
 GgufBuilder& GgufBuilder::AddFloat32Array(const std::string& k, const std::vector<float>& v) {
   std::vector<uint8_t> payload;
   AppendU32(payload, Id(GgufValueType::kFloat32));

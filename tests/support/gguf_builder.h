@@ -31,6 +31,10 @@ class GgufBuilder {
   GgufBuilder& AddStringArray(const std::string& key, const std::vector<std::string>& v);
   GgufBuilder& AddInt32Array(const std::string& key, const std::vector<int32_t>& v);
   GgufBuilder& AddFloat32Array(const std::string& key, const std::vector<float>& v);
+  // A SentencePiece ("llama") vocabulary: its tokens, scores and token types, with
+  // tokens 0, 1 and 2 as unknown, BOS and EOS.
+  GgufBuilder& AddSpmVocabulary(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                                const std::vector<int32_t>& types);
   // Any value: the type id and the encoded payload exactly as they will appear.
   GgufBuilder& AddRaw(const std::string& key, uint32_t type_id, std::vector<uint8_t> payload);
 
