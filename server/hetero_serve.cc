@@ -47,6 +47,12 @@ struct Config {
   size_t max_body_bytes = 8 << 20;
   // --lora NAME=PATH: LoRA adapters, each served as a model of its own name (as vLLM does).
   std::vector<std::pair<std::string, std::string>> loras;
+  // --gpu-memory-budget-mib: EngineOptions::gpu_memory_budget_bytes in MiB (0: none).
+  uint64_t gpu_budget_mib = 0;
+  // --expert-usage FILE: read at start where it exists (the expert placement within the
+  // budget keeps the experts it counts most), written back with this run's counts added
+  // when the server stops.
+  std::string expert_usage_path;
 };
 
 int Fail(const std::string& message) {
@@ -144,6 +150,7 @@ class Server {
     for (hetero::Session* s : sessions_) s->Cancel();
   }
   int running() const { return running_.load(); }
+  const hetero::Engine& engine() const { return *engine_; }
 
  private:
   // Admission: the concurrency limit and draining, counted while the guard lives.
@@ -489,7 +496,8 @@ constexpr char kUsage[] =
     "usage: hetero-serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [-t THREADS]\n"
     "                    [--scheduler NAME] [--model-name NAME] [--max-concurrent 16]\n"
     "                    [--max-body-bytes 8388608] [--max-tokens 512] [--grace-seconds 10]\n"
-    "                    [--io-timeout 30] [--exit-with-parent] [--lora NAME=PATH]...\n";
+    "                    [--io-timeout 30] [--exit-with-parent] [--lora NAME=PATH]...\n"
+    "                    [--gpu-memory-budget-mib MIB] [--expert-usage FILE]\n";
 
 }  // namespace
 
@@ -520,6 +528,8 @@ int main(int argc, char** argv) {
     else if (a == "--grace-seconds") number(config.grace_seconds, 0);
     else if (a == "--exit-with-parent") config.exit_with_parent = true;
     else if (a == "--io-timeout") number(config.io_timeout, 1);
+    else if (a == "--gpu-memory-budget-mib") number(config.gpu_budget_mib, 1);
+    else if (a == "--expert-usage") config.expert_usage_path = value();
     else if (a == "--lora") {
       const std::string v = value();
       const size_t eq = v.find('=');
@@ -547,6 +557,12 @@ int main(int argc, char** argv) {
   options.scheduler = config.scheduler;
   options.max_sessions = config.max_concurrent + 8;
   options.max_batch = config.max_concurrent;
+  if (config.gpu_budget_mib > (uint64_t{1} << 40)) return Fail("--gpu-memory-budget-mib is over 2^40 MiB");
+  options.gpu_memory_budget_bytes = config.gpu_budget_mib << 20;
+  // A file that is not there yet is the first run's: this run's counts start it.
+  if (!config.expert_usage_path.empty() && std::filesystem::exists(config.expert_usage_path)) {
+    options.expert_usage_path = config.expert_usage_path;
+  }
   auto engine = hetero::Engine::Create(config.model_path, options);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));
   if (config.model_name.empty()) {
@@ -592,5 +608,11 @@ int main(int argc, char** argv) {
                config.model_name.c_str(), config.host.c_str(), config.port);
   http.listen_after_bind();
   signal_thread.join();
+  if (!config.expert_usage_path.empty()) {
+    if (absl::Status s = server.engine().SaveExpertUsage(config.expert_usage_path); !s.ok()) {
+      return Fail("--expert-usage: " + std::string(s.message()));
+    }
+    std::fprintf(stderr, "hetero-serve: expert usage written to %s\n", config.expert_usage_path.c_str());
+  }
   return 0;
 }

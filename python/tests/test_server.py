@@ -305,3 +305,42 @@ def test_a_lora_adapter_is_a_model_of_its_own_name(server, client):
                                                              temperature=0).choices[0].text
     with pytest.raises(openai.BadRequestError, match="LoRA adapter"):
         client.embeddings.create(model="voice", input=["a"])
+
+
+def test_expert_usage_file_is_read_at_start_and_written_at_stop(tmp_path):
+    if not SERVE.exists() or not MODEL.exists():
+        pytest.skip(f"needs {SERVE} and {MODEL}")
+    usage = tmp_path / "usage.json"
+
+    def start():
+        port = _free_port()
+        process = subprocess.Popen([str(SERVE), "-m", str(MODEL), "--port", str(port), "-t", "1",
+                                    "--expert-usage", str(usage)], stderr=subprocess.PIPE, text=True)
+        for _ in range(200):
+            if process.poll() is not None:
+                return process, None
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1):
+                    return process, port
+            except OSError:
+                time.sleep(0.1)
+        process.kill()
+        pytest.fail("hetero-serve did not start")
+
+    # First run: no file yet; the server writes one when it stops (the model is dense: no layers).
+    for _ in range(2):  # the second run reads the first's file and writes it back
+        process, port = start()
+        assert port is not None, process.stderr.read()
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+        assert "expert usage written to" in process.stderr.read()
+        assert json.loads(usage.read_text()) == {"expert_usage_version": 1, "layers": []}
+    # A corrupt or misfit file stops the server at start, saying why.
+    for text, why in [('{"expert_usage_version": 1, "layers": [', "not JSON"),
+                      ('{"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [1]}]}',
+                       "has no mixture of experts")]:
+        usage.write_text(text)
+        process, port = start()
+        assert port is None
+        assert process.wait(timeout=30) != 0
+        assert why in process.stderr.read()
