@@ -316,8 +316,8 @@ TEST(CudaExpertPlacementTest, EveryPlacementMatchesTheCpuF32PathWithinItsBudget)
 }
 
 // Earlier runs' usage (CudaBackendOptions::expert_usage, from EngineOptions::
-// expert_usage_path) reaches the placement's facts, and the GPU counts the choices of each
-// layer whose experts are partly on the host as the CPU counts the same tokens' choices.
+// expert_usage_path) reaches the placement's facts, and the GPU counts every layer's choices
+// (on the device, the host's experts included) as the CPU counts the same tokens' choices.
 TEST(CudaExpertPlacementTest, UsageReachesThePlacementAndTheHostPathCountsChoices) {
   HETERO_SKIP_WITHOUT_GPU();
   testing::TinyModelOptions o;
@@ -359,7 +359,7 @@ TEST(CudaExpertPlacementTest, UsageReachesThePlacementAndTheHostPathCountsChoice
   EXPECT_EQ(c.equal_steps, 8);
   const ExpertUsage on_gpu = (*gpu)->expert_usage();
   const ExpertUsage cpu_after = cpu->expert_usage();
-  ASSERT_FALSE(on_gpu.layers.empty()) << "half the experts on the host, yet no layer counted";
+  ASSERT_EQ(on_gpu.layers.size(), static_cast<size_t>(o.n_layers));
   for (const ExpertUsage::Layer& l : on_gpu.layers) {
     uint64_t gpu_total = 0, cpu_total = 0;
     for (int e = 0; e < o.n_experts; ++e) {

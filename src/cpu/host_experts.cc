@@ -72,14 +72,6 @@ absl::Status HostExperts::Evaluate(int layer, int rows, const float* h, const in
   return absl::OkStatus();
 }
 
-ExpertUsage HostExperts::usage() const {
-  ExpertUsage usage;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    if (layers_[i].block != nullptr) usage.layers.push_back({static_cast<int>(i), layers_[i].block->usage()});
-  }
-  return usage;
-}
-
 size_t HostExperts::bytes() const {
   size_t total = 0;
   for (const Layer& l : layers_) {

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "hetero/scheduler.h"
 #include "src/cpu/experts.h"
 #include "src/runtime/models/model_definition.h"
 
@@ -35,9 +34,6 @@ class HostExperts {
   const std::vector<int64_t>& pass_evaluations() const { return pass_evaluations_; }
   uint64_t pass_bytes_per_row() const { return pass_bytes_per_row_; }
   double pass_ms() const { return pass_ms_; }
-  // Every choice the device sent for the layers with experts here, per expert of the layer
-  // (those the device evaluated too), since load.
-  ExpertUsage usage() const;
   // Bytes the host holds for its experts beyond the mapped file.
   size_t bytes() const;
   int experts() const { return experts_; }

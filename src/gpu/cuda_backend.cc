@@ -17,6 +17,7 @@
 #include "src/runtime/model_impl.h"
 #include "src/runtime/models/model_definition.h"
 #include "src/runtime/expert_usage.h"
+#include "src/runtime/log_internal.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -27,6 +28,7 @@ struct CudaBackend::Api {
   hetero_cuda_model_forward_fn forward = nullptr;
   hetero_cuda_model_copy_kv_fn copy_kv = nullptr;
   hetero_cuda_model_device_bytes_fn device_bytes = nullptr;
+  hetero_cuda_model_expert_counts_fn expert_counts = nullptr;
 };
 
 namespace {
@@ -159,8 +161,10 @@ absl::Status CudaBackend::Init() {
   api.copy_kv = reinterpret_cast<hetero_cuda_model_copy_kv_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_COPY_KV_SYMBOL));
   api.device_bytes =
       reinterpret_cast<hetero_cuda_model_device_bytes_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_DEVICE_BYTES_SYMBOL));
+  api.expert_counts =
+      reinterpret_cast<hetero_cuda_model_expert_counts_fn>(CudaModuleSymbol(HETERO_CUDA_MODEL_EXPERT_COUNTS_SYMBOL));
   if (api.create == nullptr || api.destroy == nullptr || api.forward == nullptr || api.copy_kv == nullptr ||
-      api.device_bytes == nullptr) {
+      api.device_bytes == nullptr || api.expert_counts == nullptr) {
     return absl::UnavailableError("the CUDA module lacks the model entry points");
   }
   const ModelConfig& c = config_;
@@ -599,7 +603,22 @@ absl::Status CudaBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Spa
 }
 
 ExpertUsage CudaBackend::expert_usage() const {
-  return host_experts_ != nullptr ? host_experts_->usage() : ExpertUsage{};
+  ExpertUsage usage;
+  if (device_model_ == nullptr) return usage;
+  const ModelDefinition& def = model_.impl().definition;
+  for (size_t i = 0; i < def.layers.size(); ++i) {
+    const ExpertsDefinition& e = def.layers[i].experts;
+    if (!e.present()) continue;
+    ExpertUsage::Layer layer{static_cast<int>(i), std::vector<uint64_t>(e.count)};
+    char message[256] = {};
+    if (api_->expert_counts(device_model_, static_cast<int32_t>(i), layer.evaluations.data(), e.count, message,
+                            sizeof message) != HETERO_CUDA_OK) {
+      internal::Log(LogLevel::kWarning, absl::StrCat("CUDA backend: expert counts of layer ", i, ": ", message));
+      continue;
+    }
+    usage.layers.push_back(std::move(layer));
+  }
+  return usage;
 }
 
 absl::Status CudaBackend::DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,

@@ -55,7 +55,7 @@ class CudaBackend : public PagedBackend {
   // Chooses on the device: only the chosen ids cross the bus.
   absl::Status DecodeGreedy(absl::Span<const SequenceId> seqs, absl::Span<const int32_t> tokens,
                             absl::Span<int32_t> next) override;
-  // The layers whose choices pass through the host (experts there under a memory budget).
+  // Counted on the device, every layer with experts.
   ExpertUsage expert_usage() const override;
 
  private:

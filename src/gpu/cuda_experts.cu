@@ -39,7 +39,8 @@ __global__ void RouterKernel(const float* __restrict__ h, const float* __restric
 // One thread per row, as the CPU chooses: softmax probabilities (float, the sum in double),
 // the `used` largest with ties to the lower id, then ascending by id.
 __global__ void ChooseExpertsKernel(const float* __restrict__ logits, int rows, int n_experts, int used, bool normalize,
-                                    int32_t* __restrict__ choices, float* __restrict__ weights) {
+                                    int32_t* __restrict__ choices, float* __restrict__ weights,
+                                    unsigned long long* __restrict__ counts) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   const float* l = logits + static_cast<size_t>(r) * n_experts;
@@ -80,6 +81,8 @@ __global__ void ChooseExpertsKernel(const float* __restrict__ logits, int rows, 
   for (int i = 0; i < used; ++i) {
     choices[static_cast<size_t>(r) * used + i] = chosen[i];
     weights[static_cast<size_t>(r) * used + i] = normalize ? static_cast<float>(p[i] / chosen_sum) : p[i];
+    // Usage statistics (EngineOptions::expert_usage_path); a NaN row chose nothing (-1).
+    if (counts != nullptr && chosen[i] >= 0) atomicAdd(counts + chosen[i], 1ULL);
   }
 }
 
@@ -182,7 +185,7 @@ cudaError_t LaunchExperts(const ExpertStep& s, cudaStream_t stream) {
   RouterKernel<<<Blocks(static_cast<size_t>(s.rows) * s.n_experts), 32 * kWarps, 0, stream>>>(
       s.h, s.router, s.rows, s.n_embd, s.n_experts, s.logits);
   ChooseExpertsKernel<<<(s.rows + 127) / 128, 128, 0, stream>>>(s.logits, s.rows, s.n_experts, s.used, s.normalize,
-                                                                s.choices, s.weights);
+                                                                s.choices, s.weights, s.counts);
   if (s.gate == nullptr) {  // the device holds none of this layer's experts: the host adds them all
     if (!s.accumulate) {
       const cudaError_t e = cudaMemsetAsync(s.out, 0, static_cast<size_t>(s.rows) * s.n_embd * sizeof(float), stream);

@@ -127,6 +127,8 @@ struct ExpertStep {
   float* logits = nullptr;
   int32_t* choices = nullptr;
   float* weights = nullptr;
+  // n_experts counters: each row's chosen experts add one each (null: not counted).
+  unsigned long long* counts = nullptr;
   float* act = nullptr;
   float* out = nullptr;
   bool accumulate = false;

@@ -48,6 +48,7 @@ struct Layer {
   DeviceBuffer router, shared_gate_input;
   Matrix expert_gate, expert_up, expert_down, shared_gate, shared_up, shared_down;
   DeviceBuffer expert_slot;  // with experts on the host: each expert's slot here, or -1
+  DeviceBuffer expert_counts;  // n_experts unsigned long long: how often each was chosen
   bool host_experts = false;
   // The host callback's argument for this layer (its address is captured in the graphs).
   struct HostCall {
@@ -117,7 +118,7 @@ struct Model {
         total += m->device_bytes();
       }
     }
-    for (const auto& l : layers) total += l->expert_slot.bytes;
+    for (const auto& l : layers) total += l->expert_slot.bytes + l->expert_counts.bytes;
     for (const DeviceBuffer* b : {&x, &h, &qkv, &att, &ffn, &gate_up, &half_in, &logits, &greedy, &inputs, &moe_h,
                                   &moe_logits, &moe_choices, &moe_weights, &moe_act, &shared_act, &shared_out,
                                   &host_out_device}) {
@@ -320,6 +321,8 @@ struct Model {
     if (src.expert_slot != nullptr) {
       HETERO_FAILURE_TRY(l.expert_slot.Upload(src.expert_slot, src.n_experts * sizeof(int32_t), "cudaMalloc(expert slots)"));
     }
+    HETERO_FAILURE_TRY(l.expert_counts.Allocate(src.n_experts * sizeof(unsigned long long), "cudaMalloc(expert counts)"));
+    HETERO_CUDA_TRY(cudaMemset(l.expert_counts.ptr, 0, l.expert_counts.bytes));
     l.host_call = {this, i};
     if (held > 0) {
       HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate", nullptr, /*gemv_only=*/true));
@@ -366,6 +369,7 @@ struct Model {
     step.logits = moe_logits.as<float>();
     step.choices = moe_choices.as<int32_t>();
     step.weights = moe_weights.as<float>();
+    step.counts = l.expert_counts.as<unsigned long long>();
     step.act = moe_act.as<float>();
     step.out = out;
     step.accumulate = accumulate;
@@ -663,6 +667,22 @@ struct Model {
     return {};
   }
 
+  Failure ExpertCounts(int layer, uint64_t* counts, int n_experts) {
+    const CurrentDevice current(desc.device);
+    HETERO_CUDA_TRY(current.error());
+    if (layer < 0 || layer >= static_cast<int>(layers.size()) || layers[layer]->n_experts == 0) {
+      return Invalid("expert_counts: the layer has no experts");
+    }
+    const Layer& l = *layers[layer];
+    if (counts == nullptr || n_experts != l.n_experts) return Invalid("expert_counts: bad arguments");
+    // On the copy stream, not ordered against the passes: a pass in flight may still add.
+    static_assert(sizeof(unsigned long long) == sizeof(uint64_t));
+    HETERO_CUDA_TRY(cudaMemcpyAsync(counts, l.expert_counts.ptr, l.expert_counts.bytes, cudaMemcpyDeviceToHost,
+                                    copy_stream));
+    HETERO_CUDA_TRY(cudaStreamSynchronize(copy_stream));
+    return {};
+  }
+
   Failure CopyKv(bool to_host, const int32_t* blocks, int n_blocks, float* host) {
     const CurrentDevice current(desc.device);
     HETERO_CUDA_TRY(current.error());
@@ -735,6 +755,15 @@ HETERO_CUDA_MODULE_EXPORT int32_t hetero_cuda_model_copy_kv(hetero_cuda_model* m
                                                             char* message, size_t message_size) {
   if (model == nullptr) return hetero::gpu::Report(hetero::gpu::Invalid("copy_kv: null model"), message, message_size);
   return hetero::gpu::Report(model->model.CopyKv(to_host != 0, blocks, n_blocks, host), message, message_size);
+}
+
+HETERO_CUDA_MODULE_EXPORT int32_t hetero_cuda_model_expert_counts(hetero_cuda_model* model, int32_t layer,
+                                                                  uint64_t* counts, int32_t n_experts, char* message,
+                                                                  size_t message_size) {
+  if (model == nullptr) {
+    return hetero::gpu::Report(hetero::gpu::Invalid("expert_counts: null model"), message, message_size);
+  }
+  return hetero::gpu::Report(model->model.ExpertCounts(layer, counts, n_experts), message, message_size);
 }
 
 HETERO_CUDA_MODULE_EXPORT uint64_t hetero_cuda_model_device_bytes(const hetero_cuda_model* model) {

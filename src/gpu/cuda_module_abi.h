@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 6
+#define HETERO_CUDA_MODULE_ABI_VERSION 7
 
 /* Outcome of a probe. */
 enum {
@@ -198,6 +198,13 @@ typedef int32_t (*hetero_cuda_model_forward_fn)(hetero_cuda_model* model, const 
  * then overlaps the pass. Pinned host memory (hetero_cuda_host_alloc) copies at full speed. */
 typedef int32_t (*hetero_cuda_model_copy_kv_fn)(hetero_cuda_model* model, int32_t to_host, const int32_t* blocks,
                                                  int32_t n_blocks, float* host, char* message, size_t message_size);
+/* How often each routed expert of mixture-of-experts layer `layer` was chosen since the
+ * model was created (every row of every pass, the experts left to the host included; ABI
+ * 7): n_experts counts into `counts`. May run on another thread while a pass runs; the
+ * counts then lag by that pass. INVALID_ARGUMENT for a layer without experts or another
+ * count. */
+typedef int32_t (*hetero_cuda_model_expert_counts_fn)(hetero_cuda_model* model, int32_t layer, uint64_t* counts,
+                                                      int32_t n_experts, char* message, size_t message_size);
 /* Device memory the model holds (weights + KV pool + scratch), bytes. */
 typedef uint64_t (*hetero_cuda_model_device_bytes_fn)(const hetero_cuda_model* model);
 
@@ -216,6 +223,7 @@ typedef int32_t (*hetero_cuda_measure_bandwidth_fn)(int32_t device, uint64_t byt
 #define HETERO_CUDA_MODEL_FORWARD_SYMBOL "hetero_cuda_model_forward"
 #define HETERO_CUDA_MODEL_COPY_KV_SYMBOL "hetero_cuda_model_copy_kv"
 #define HETERO_CUDA_MODEL_DEVICE_BYTES_SYMBOL "hetero_cuda_model_device_bytes"
+#define HETERO_CUDA_MODEL_EXPERT_COUNTS_SYMBOL "hetero_cuda_model_expert_counts"
 #define HETERO_CUDA_HOST_ALLOC_SYMBOL "hetero_cuda_host_alloc"
 #define HETERO_CUDA_HOST_FREE_SYMBOL "hetero_cuda_host_free"
 #define HETERO_CUDA_MEASURE_BANDWIDTH_SYMBOL "hetero_cuda_measure_bandwidth"

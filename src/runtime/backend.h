@@ -137,9 +137,9 @@ class Backend {
     return {};
   }
 
-  // Routed expert choices this backend evaluated or saw since load, per mixture-of-experts
-  // layer it counts (a GPU counts only the layers whose choices pass through the host).
-  // Safe to call while the backend runs a step.
+  // How often each routed expert was chosen on this backend since load, per mixture-of-
+  // experts layer (those it evaluated elsewhere, a GPU's host experts, included). Safe to
+  // call while the backend runs a step (the counts may then lag by that step).
   virtual ExpertUsage expert_usage() const { return {}; }
 
   // KV accounting, in tokens.
