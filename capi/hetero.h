@@ -179,8 +179,8 @@ typedef struct hetero_engine_options {
   uint64_t gpu_memory_budget_bytes;
   /* A file hetero_engine_save_expert_usage wrote on an earlier run of this model: which
    * experts of a mixture-of-experts model the placement within the budget keeps on the GPU
-   * (the most used). NULL or "": none. A missing, corrupt or misfit file fails
-   * hetero_engine_create (NOT_FOUND, INVALID_ARGUMENT). */
+   * (the most used). NULL or "": none. A missing file fails hetero_engine_create with
+   * NOT_FOUND; an unreadable, corrupt or misfit one with INVALID_ARGUMENT. */
   const char* expert_usage_path;
 } hetero_engine_options;
 
@@ -343,8 +343,7 @@ HETERO_C_API hetero_status hetero_engine_restore_session_file(hetero_engine* eng
  * plus every choice since load; JSON, docs/RUNTIME.md "Expert placement") to `path`, whole
  * or not at all, for a later engine's expert_usage_path. A dense model writes no layers.
  * INVALID_ARGUMENT for NULL or empty arguments or a path that cannot be written; NOT_FOUND
- * when its directory does not exist.
- * Thread-safe. */
+ * when its directory does not exist; OUT_OF_MEMORY when the disk is full. Thread-safe. */
 HETERO_C_API hetero_status hetero_engine_save_expert_usage(const hetero_engine* engine, const char* path);
 
 /* ---- LoRA adapters -------------------------------------------------------------------- */

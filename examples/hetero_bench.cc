@@ -23,7 +23,6 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -281,6 +280,10 @@ int main(int argc, char** argv) {
       return Fail("unknown option '" + a + "' (try --help)");
     }
   }
+  if (!expert_usage_path.empty() && (!route_dataset.empty() || prefix_sharing || soak_seconds > 0 ||
+                                     !agentic.suite.empty() || transfer || sessions > 0 || calibrate)) {
+    return Fail("--expert-usage goes with the throughput benchmark alone");
+  }
   if (!route_dataset.empty()) {
     hetero::bench::RouteBenchOptions route;
     route.dataset = route_dataset;
@@ -334,10 +337,12 @@ int main(int argc, char** argv) {
   options.cpu_precision = precision_name;
   options.gpu_memory_budget_bytes = gpu_budget_bytes;
   if (!expert_usage_path.empty()) {
-    if (calibrate || sessions > 0) return Fail("--expert-usage goes with the throughput benchmark alone");
     std::ifstream in(expert_usage_path, std::ios::binary);
     if (in) {  // else the first run: this one's counts start the file
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::string text(size_t{16} << 20, '\0');  // the engine's own limit for these files
+      in.read(text.data(), static_cast<std::streamsize>(text.size()));
+      text.resize(static_cast<size_t>(in.gcount()));
+      if (in.peek() != std::ifstream::traits_type::eof()) return Fail(expert_usage_path + ": larger than 16 MiB");
       auto usage = hetero::ParseExpertUsage(text);
       if (!usage.ok()) return Fail(expert_usage_path + ": " + std::string(usage.status().message()));
       options.expert_usage = *std::move(usage);
@@ -395,9 +400,21 @@ int main(int argc, char** argv) {
     for (const hetero::ExpertUsage::Layer& l : total->layers) {
       for (uint64_t n : l.evaluations) evaluations += n;
     }
-    std::ofstream file(expert_usage_path, std::ios::binary | std::ios::trunc);
-    file << hetero::ExpertUsageToJson(*total);
-    if (!file) return Fail("cannot write " + expert_usage_path);
+    // Written aside and renamed over the file: a failed write leaves the old counts.
+    const std::string temporary = expert_usage_path + ".tmp";
+    {
+      std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+      file << hetero::ExpertUsageToJson(*total);
+      file.close();
+      if (!file) {
+        std::remove(temporary.c_str());
+        return Fail("cannot write " + temporary);
+      }
+    }
+    if (std::rename(temporary.c_str(), expert_usage_path.c_str()) != 0) {
+      std::remove(temporary.c_str());
+      return Fail("cannot replace " + expert_usage_path);
+    }
     out["expert_usage"] = {{"path", expert_usage_path}, {"layers", total->layers.size()}, {"evaluations", evaluations}};
     if (!json) {
       std::printf("expert usage: %llu evaluations over %zu layers in %s\n",

@@ -559,9 +559,18 @@ int main(int argc, char** argv) {
   options.max_batch = config.max_concurrent;
   if (config.gpu_budget_mib > (uint64_t{1} << 40)) return Fail("--gpu-memory-budget-mib is over 2^40 MiB");
   options.gpu_memory_budget_bytes = config.gpu_budget_mib << 20;
-  // A file that is not there yet is the first run's: this run's counts start it.
-  if (!config.expert_usage_path.empty() && std::filesystem::exists(config.expert_usage_path)) {
-    options.expert_usage_path = config.expert_usage_path;
+  if (!config.expert_usage_path.empty()) {
+    // A file that is not there yet is the first run's: this run's counts start it. Where it
+    // would go must exist now, not only when the counts are written at the stop.
+    std::error_code error;
+    const std::filesystem::path usage(config.expert_usage_path);
+    const bool exists = std::filesystem::exists(usage, error);
+    if (error) return Fail("--expert-usage " + config.expert_usage_path + ": " + error.message());
+    const std::filesystem::path dir = usage.parent_path().empty() ? "." : usage.parent_path();
+    if (!std::filesystem::is_directory(dir, error)) {
+      return Fail("--expert-usage " + config.expert_usage_path + ": no directory " + dir.string());
+    }
+    if (exists) options.expert_usage_path = config.expert_usage_path;
   }
   auto engine = hetero::Engine::Create(config.model_path, options);
   if (!engine.ok()) return Fail(std::string(engine.status().message()));

@@ -97,7 +97,12 @@ TEST(ExpertUsageTest, CorruptAndHostileDocumentsAreRefusedByName) {
        "does not follow layer 2"},
       {R"({"expert_usage_version": 1, "layers": [{"layer": 3, "evaluations": [1]}, {"layer": 1, "evaluations": [1]}]})",
        "does not follow layer 3"},
-      {std::string(100000, '[') + std::string(100000, ']'), "expert usage"},
+      {std::string(100000, '[') + std::string(100000, ']'), "nested deeper than 4 levels"},
+      {R"({"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [[1]]}]})", "nested deeper"},
+      {R"({"expert_usage_version": 1, "expert_usage_version": 1, "layers": []})",
+       "the key \"expert_usage_version\" appears twice"},
+      {R"({"expert_usage_version": 1, "layers": [{"layer": 0, "layer": 1, "evaluations": [1]}]})",
+       "the key \"layer\" appears twice"},
       {std::string("{\"expert_usage_version\": 1, \"layers\": [{\"layer\": 0, \"evaluations\": [") + "\xff\xfe" + "]}]}",
        "not JSON"},
   };
@@ -111,6 +116,10 @@ TEST(ExpertUsageTest, CorruptAndHostileDocumentsAreRefusedByName) {
   std::string wide = R"({"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [0)";
   for (int i = 0; i < 65536; ++i) wide += ",0";
   EXPECT_THAT(std::string(ParseExpertUsage(wide + "]}]}").status().message()), HasSubstr("1 to 65536 counts"));
+  // Refused as read, before the document is built: past 2^21 values in all.
+  std::string many = R"({"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [0)";
+  for (int i = 0; i < (1 << 21) + 4; ++i) many += ",0";
+  EXPECT_THAT(std::string(ParseExpertUsage(many + "]}]}").status().message()), HasSubstr("more than 2097152 values"));
   std::string tall = R"({"expert_usage_version": 1, "layers": [)";
   for (int i = 0; i <= 65536; ++i) tall += std::string(i ? "," : "") + "{}";
   EXPECT_THAT(std::string(ParseExpertUsage(tall + "]}").status().message()), HasSubstr("65537 layers"));

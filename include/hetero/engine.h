@@ -435,9 +435,8 @@ class HETERO_EXPORT Engine {
                                                               const EmbedOptions& options = {});
   EngineStats stats() const;
   // How often each routed expert of a mixture-of-experts model was chosen: the counts of
-  // EngineOptions::expert_usage_path plus every choice the devices made or saw since load
-  // (the CPU's every one; a GPU's those of layers whose experts are partly on the host).
-  // Empty for a dense model.
+  // EngineOptions::expert_usage_path plus every choice each device's router made since
+  // load. Empty for a dense model.
   ExpertUsage expert_usage() const;
   // Writes expert_usage() to `path` (JSON, include/hetero/scheduler.h), whole or not at
   // all, for a later engine's EngineOptions::expert_usage_path.

@@ -174,8 +174,9 @@ struct ExpertUsage {
 };
 // {"expert_usage_version": 1, "layers": [{"layer": L, "evaluations": [n, ...]}, ...]}
 HETERO_EXPORT std::string ExpertUsageToJson(const ExpertUsage& usage);
-// The JSON above, strictly: unknown keys, duplicate or unordered layers, negative or
-// fractional counts, and more than 65536 layers or experts per layer are InvalidArgument.
+// The JSON above, strictly: unknown or repeated keys, duplicate or unordered layers,
+// negative or fractional counts, nesting deeper than the format's, more than 65536 layers
+// or experts per layer, or 2^21 values in all, are InvalidArgument.
 HETERO_EXPORT absl::StatusOr<ExpertUsage> ParseExpertUsage(std::string_view json);
 // The layer-by-layer sum (a layer in one only is kept); InvalidArgument when a layer has a
 // different number of experts in each, or a sum would overflow.

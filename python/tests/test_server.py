@@ -335,7 +335,12 @@ def test_expert_usage_file_is_read_at_start_and_written_at_stop(tmp_path):
         assert process.wait(timeout=30) == 0
         assert "expert usage written to" in process.stderr.read()
         assert json.loads(usage.read_text()) == {"expert_usage_version": 1, "layers": []}
-    # A corrupt or misfit file stops the server at start, saying why.
+    # A corrupt or misfit file, or one that could not be written, stops the server at start.
+    process = subprocess.Popen([str(SERVE), "-m", str(MODEL), "--port", str(_free_port()), "-t", "1",
+                                "--expert-usage", str(tmp_path / "missing-dir" / "usage.json")],
+                               stderr=subprocess.PIPE, text=True)
+    assert process.wait(timeout=30) != 0
+    assert "no directory" in process.stderr.read()
     for text, why in [('{"expert_usage_version": 1, "layers": [', "not JSON"),
                       ('{"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [1]}]}',
                        "has no mixture of experts")]:

@@ -143,7 +143,6 @@ absl::Status CpuExperts::ForwardChosen(const float* h, int rows, const int32_t* 
     for (int i = 0; i < k; ++i) {
       const int e = choices_[static_cast<size_t>(r) * k + i];
       if (e < 0 || e >= n) return absl::InvalidArgumentError(absl::StrCat("ForwardChosen: expert id ", e, " of ", n));
-      usage_[e].fetch_add(1, std::memory_order_relaxed);
       if (!here[e]) continue;
       if (experts_[e].gate == nullptr) {
         return absl::FailedPreconditionError(absl::StrCat("ForwardChosen: expert ", e, " was not loaded here"));

@@ -47,9 +47,8 @@ class CpuExperts {
   std::vector<const Linear*> matrices() const;
   // Bytes the block holds beside its matrices (the router's f32 weights).
   size_t router_bytes() const { return router_.size() * sizeof(float); }
-  // Expert evaluations (token x chosen expert) since load, per expert: every choice that
-  // Forward made, and every valid choice ForwardChosen was given (whichever device ran it).
-  // Safe to read while another thread runs a step.
+  // How often Forward's router chose each expert since load (ForwardChosen's choices were
+  // counted by the device that made them). Safe to read while another thread runs a step.
   std::vector<uint64_t> usage() const;
 
  private:

@@ -322,7 +322,10 @@ struct Model {
       HETERO_FAILURE_TRY(l.expert_slot.Upload(src.expert_slot, src.n_experts * sizeof(int32_t), "cudaMalloc(expert slots)"));
     }
     HETERO_FAILURE_TRY(l.expert_counts.Allocate(src.n_experts * sizeof(unsigned long long), "cudaMalloc(expert counts)"));
-    HETERO_CUDA_TRY(cudaMemset(l.expert_counts.ptr, 0, l.expert_counts.bytes));
+    // Zeroed on the compute stream and waited for: before any pass adds, and before a read
+    // on the copy stream could see the allocation's old bytes.
+    HETERO_CUDA_TRY(cudaMemsetAsync(l.expert_counts.ptr, 0, l.expert_counts.bytes, stream));
+    HETERO_CUDA_TRY(cudaStreamSynchronize(stream));
     l.host_call = {this, i};
     if (held > 0) {
       HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate", nullptr, /*gemv_only=*/true));

@@ -238,9 +238,14 @@ ExpertUsage Engine::expert_usage() const {
   for (const EngineDevice& d : impl_->devices->devices()) {
     if (!d.available()) continue;
     // Every device counts the model's own layers and experts, which the file was checked
-    // against: the sum cannot mismatch.
+    // against: the shapes always match.
     absl::StatusOr<ExpertUsage> sum = AddExpertUsage(usage, d.backend->expert_usage());
-    if (sum.ok()) usage = *std::move(sum);
+    if (!sum.ok()) {  // only an overflow past 2^64 evaluations
+      internal::Log(LogLevel::kWarning, absl::StrCat("expert usage of ", DeviceName(d.id), " left out: ",
+                                                     sum.status().message()));
+      continue;
+    }
+    usage = *std::move(sum);
   }
   return usage;
 }

@@ -7,7 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <string>
+#include <vector>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -20,9 +21,53 @@ using json = nlohmann::json;
 
 constexpr size_t kMaxLayers = 65536;
 constexpr size_t kMaxExperts = 65536;
-constexpr uintmax_t kMaxFileBytes = 64u << 20;
+// Real files are kilobytes (DeepSeek-V3's 58 layers of 256 experts: ~150 KB); the caps
+// bound what a hostile file costs before it is refused.
+constexpr uintmax_t kMaxFileBytes = 16u << 20;
+constexpr size_t kMaxValues = size_t{1} << 21;
+constexpr int kMaxDepth = 4;  // document, layers, a layer, its evaluations, a count
 
 absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("expert usage: ", what)); }
+
+// Thrown from the parser's callback to stop at the first value past the document's shape.
+struct Refused {
+  std::string why;
+};
+
+// The document as parsed, refusing (by throwing Refused) nesting deeper than the format's,
+// more values than kMaxValues, and a key repeated in one object, as they are read.
+json ParseBounded(std::string_view text) {
+  size_t values = 0;
+  std::vector<std::vector<std::string>> keys;  // per open object, its keys so far
+  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth > kMaxDepth) throw Refused{absl::StrCat("nested deeper than ", kMaxDepth, " levels")};
+    switch (event) {
+      case json::parse_event_t::object_start:
+        keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& key = parsed.get_ref<const std::string&>();
+        if (!keys.empty()) {
+          if (std::find(keys.back().begin(), keys.back().end(), key) != keys.back().end()) {
+            throw Refused{absl::StrCat("the key \"", key, "\" appears twice in one object")};
+          }
+          keys.back().push_back(key);
+        }
+        break;
+      }
+      case json::parse_event_t::value:
+        if (++values > kMaxValues) throw Refused{absl::StrCat("more than ", kMaxValues, " values")};
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  return json::parse(text.begin(), text.end(), check);
+}
 
 }  // namespace
 
@@ -37,7 +82,9 @@ std::string ExpertUsageToJson(const ExpertUsage& usage) {
 absl::StatusOr<ExpertUsage> ParseExpertUsage(std::string_view text) {
   json v;
   try {
-    v = json::parse(text.begin(), text.end());
+    v = ParseBounded(text);
+  } catch (const Refused& r) {
+    return Bad(r.why);
   } catch (const json::exception& e) {
     return Bad(absl::StrCat("not JSON: ", e.what()));
   }
@@ -136,18 +183,25 @@ absl::Status CheckExpertUsageFitsModel(const ExpertUsage& usage, const ModelDefi
 }
 
 absl::StatusOr<ExpertUsage> ReadExpertUsageFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("expert usage file '", path, "' cannot be opened"));
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<uintmax_t>(size) > kMaxFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert usage file '", path, "' is not a readable file of at most ", kMaxFileBytes >> 20, " MiB"));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int error = errno;
+    const std::string why = absl::StrCat("expert usage file '", path, "' cannot be opened: ", std::strerror(error));
+    return error == ENOENT || error == ENOTDIR ? absl::NotFoundError(why) : absl::InvalidArgumentError(why);
   }
-  in.seekg(0);
-  std::string text(static_cast<size_t>(size), '\0');
-  in.read(text.data(), size);
-  if (!in) return absl::DataLossError(absl::StrCat("expert usage file '", path, "': read failed"));
+  std::string text;
+  char chunk[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0 && text.size() <= kMaxFileBytes) text.append(chunk, got);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) {  // a directory, or a read error
+    return absl::InvalidArgumentError(absl::StrCat("expert usage file '", path, "' cannot be read"));
+  }
+  if (text.size() > kMaxFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("expert usage file '", path, "' is larger than ", kMaxFileBytes >> 20, " MiB"));
+  }
   absl::StatusOr<ExpertUsage> usage = ParseExpertUsage(text);
   if (!usage.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("expert usage file '", path, "': ", usage.status().message()));
@@ -167,10 +221,12 @@ absl::Status WriteExpertUsageFile(const ExpertUsage& usage, const std::string& p
     // The caller's path names no directory that exists: theirs to fix, as a bad argument is.
     return error == ENOENT || error == ENOTDIR ? absl::NotFoundError(why) : absl::InvalidArgumentError(why);
   }
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int write_error = errno;
   if (std::fclose(f) != 0 || !written) {
     std::remove(temporary.c_str());
-    return absl::DataLossError(absl::StrCat("expert usage: writing '", temporary, "' failed"));
+    const std::string why = absl::StrCat("expert usage: writing '", temporary, "' failed: ", std::strerror(write_error));
+    return write_error == ENOSPC ? absl::ResourceExhaustedError(why) : absl::InvalidArgumentError(why);
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;

@@ -16,7 +16,7 @@ namespace hetero {
 // OK when every layer `usage` names is a mixture-of-experts layer of `model` with as many
 // routed experts; otherwise InvalidArgument naming the first that is not (`what` opens it).
 absl::Status CheckExpertUsageFitsModel(const ExpertUsage& usage, const ModelDefinition& model, std::string_view what);
-// The file Engine::SaveExpertUsage wrote (at most 64 MiB); NotFound when it does not exist.
+// The file Engine::SaveExpertUsage wrote (at most 16 MiB); NotFound when it does not exist.
 absl::StatusOr<ExpertUsage> ReadExpertUsageFile(const std::string& path);
 // Written whole or not at all (a temporary file renamed over `path`).
 absl::Status WriteExpertUsageFile(const ExpertUsage& usage, const std::string& path);
