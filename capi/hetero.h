@@ -179,8 +179,8 @@ typedef struct hetero_engine_options {
   uint64_t gpu_memory_budget_bytes;
   /* A file hetero_engine_save_expert_usage wrote on an earlier run of this model: which
    * experts of a mixture-of-experts model the placement within the budget keeps on the GPU
-   * (the most used). NULL or "": none. A missing file fails hetero_engine_create with
-   * NOT_FOUND; an unreadable, corrupt or misfit one with INVALID_ARGUMENT. */
+   * (the most used). NULL or "": none. A missing or unreadable file fails
+   * hetero_engine_create with NOT_FOUND; a corrupt or misfit one with INVALID_ARGUMENT. */
   const char* expert_usage_path;
 } hetero_engine_options;
 

@@ -22,7 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <fstream>
+#include <filesystem>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -337,16 +337,13 @@ int main(int argc, char** argv) {
   options.cpu_precision = precision_name;
   options.gpu_memory_budget_bytes = gpu_budget_bytes;
   if (!expert_usage_path.empty()) {
-    std::ifstream in(expert_usage_path, std::ios::binary);
-    if (in) {  // else the first run: this one's counts start the file
-      std::string text(size_t{16} << 20, '\0');  // the engine's own limit for these files
-      in.read(text.data(), static_cast<std::streamsize>(text.size()));
-      text.resize(static_cast<size_t>(in.gcount()));
-      if (in.peek() != std::ifstream::traits_type::eof()) return Fail(expert_usage_path + ": larger than 16 MiB");
-      auto usage = hetero::ParseExpertUsage(text);
-      if (!usage.ok()) return Fail(expert_usage_path + ": " + std::string(usage.status().message()));
+    auto usage = hetero::ReadExpertUsageFile(expert_usage_path);
+    if (usage.ok()) {
       options.expert_usage = *std::move(usage);
-    }
+    } else if (std::error_code error;
+               !absl::IsNotFound(usage.status()) || std::filesystem::exists(expert_usage_path, error)) {
+      return Fail(std::string(usage.status().message()));
+    }  // else the first run: this one's counts start the file
   }
   options.prompt_tokens = prompt;
   options.generate_tokens = gen;
@@ -400,20 +397,8 @@ int main(int argc, char** argv) {
     for (const hetero::ExpertUsage::Layer& l : total->layers) {
       for (uint64_t n : l.evaluations) evaluations += n;
     }
-    // Written aside and renamed over the file: a failed write leaves the old counts.
-    const std::string temporary = expert_usage_path + ".tmp";
-    {
-      std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-      file << hetero::ExpertUsageToJson(*total);
-      file.close();
-      if (!file) {
-        std::remove(temporary.c_str());
-        return Fail("cannot write " + temporary);
-      }
-    }
-    if (std::rename(temporary.c_str(), expert_usage_path.c_str()) != 0) {
-      std::remove(temporary.c_str());
-      return Fail("cannot replace " + expert_usage_path);
+    if (absl::Status s = hetero::WriteExpertUsageFile(*total, expert_usage_path); !s.ok()) {
+      return Fail(std::string(s.message()));
     }
     out["expert_usage"] = {{"path", expert_usage_path}, {"layers", total->layers.size()}, {"evaluations", evaluations}};
     if (!json) {

@@ -832,7 +832,7 @@ static void test_expert_usage(const char* model) {
   hetero_engine_destroy(engine);
   eo.expert_usage_path = "/no/such/usage.json";
   engine = NULL;
-  EXPECT(hetero_engine_create(&eo, &engine), HETERO_NOT_FOUND, "cannot be opened");
+  EXPECT(hetero_engine_create(&eo, &engine), HETERO_NOT_FOUND, "cannot read");
   CHECK(engine == NULL);
   FILE* f = fopen(path, "wb");
   if (f != NULL) {

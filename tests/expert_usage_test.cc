@@ -291,7 +291,13 @@ TEST(ExpertUsageTest, AFileThatDoesNotFitTheModelFailsAtLoad) {
   missing.expert_usage_path = path;
   EXPECT_TRUE(absl::IsNotFound(Engine::Create(model, missing).status()));
   missing.expert_usage_path = ::testing::TempDir();  // a directory
-  EXPECT_FALSE(Engine::Create(model, missing).ok());
+  EXPECT_THAT(Engine::Create(model, missing).status().message(), HasSubstr("not a regular file"));
+  EXPECT_TRUE(absl::IsNotFound(Engine::Create(model, missing).status()));
+  WriteText(path, std::string((16 << 20) + 1, ' '));  // past the size any usage file needs
+  missing.expert_usage_path = path;
+  EXPECT_THAT(Engine::Create(model, missing).status(), ::testing::Property(&absl::Status::code,
+                                                                           absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(std::string(Engine::Create(model, missing).status().message()), HasSubstr("larger than"));
 
   // A dense model has no expert layers: no counts, and a file naming layers is refused.
   testing::TinyModelOptions dense;

@@ -72,8 +72,9 @@ struct EngineOptions {
   // A file Engine::SaveExpertUsage wrote on an earlier run of this model: its counts say
   // which routed experts the placement within gpu_memory_budget_bytes should keep on the
   // GPU (the most used per byte), and Engine::expert_usage adds to them. Empty: none (every
-  // expert taken as equally used). A missing, unreadable or corrupt file, or one that names
-  // layers or expert counts this model does not have, fails Engine::Create.
+  // expert taken as equally used). A missing or unreadable file fails Engine::Create with
+  // NotFound; a corrupt one, or one naming layers or expert counts this model does not
+  // have, with InvalidArgument.
   std::string expert_usage_path;
 };
 

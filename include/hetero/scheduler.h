@@ -181,6 +181,13 @@ HETERO_EXPORT absl::StatusOr<ExpertUsage> ParseExpertUsage(std::string_view json
 // The layer-by-layer sum (a layer in one only is kept); InvalidArgument when a layer has a
 // different number of experts in each, or a sum would overflow.
 HETERO_EXPORT absl::StatusOr<ExpertUsage> AddExpertUsage(const ExpertUsage& a, const ExpertUsage& b);
+// The file at `path` (at most 16 MiB), parsed; NotFound when it is missing or cannot be
+// read, InvalidArgument naming the path when it is not such a file.
+HETERO_EXPORT absl::StatusOr<ExpertUsage> ReadExpertUsageFile(const std::string& path);
+// ExpertUsageToJson written to `path` whole or not at all (a temporary file renamed over
+// it); NotFound when its directory does not exist, ResourceExhausted for a full disk, else
+// InvalidArgument.
+HETERO_EXPORT absl::Status WriteExpertUsageFile(const ExpertUsage& usage, const std::string& path);
 
 // Which routed experts the GPU holds; the CPU evaluates the others.
 struct ExpertPlacement {

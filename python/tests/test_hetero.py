@@ -170,7 +170,7 @@ def test_expert_usage_file(engine, tmp_path):
     engine.save_expert_usage(path)
     assert json.loads(path.read_text()) == {"expert_usage_version": 1, "layers": []}
     hetero.Engine(str(MODEL), threads=1, expert_usage_path=path).close()
-    with pytest.raises(hetero.NotFound, match="cannot be opened"):
+    with pytest.raises(hetero.NotFound, match="cannot read"):
         hetero.Engine(str(MODEL), threads=1, expert_usage_path=tmp_path / "missing.json")
     path.write_text('{"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [1, 2]}]}')
     with pytest.raises(hetero.InvalidArgument, match="layer 0 has no mixture of experts"):

@@ -115,8 +115,10 @@ void CpuExperts::Route(const float* h, int rows) {
       weights_[static_cast<size_t>(r) * k + i] =
           def_.normalize_weights ? static_cast<float>(probs_[e] / chosen) : probs_[e];
       rows_of_[e].push_back(r);
-      usage_[e].fetch_add(1, std::memory_order_relaxed);
     }
+  }
+  for (int e = 0; e < n; ++e) {
+    if (!rows_of_[e].empty()) usage_[e].fetch_add(rows_of_[e].size(), std::memory_order_relaxed);
   }
 }
 

@@ -250,10 +250,7 @@ ExpertUsage Engine::expert_usage() const {
   return usage;
 }
 
-absl::Status Engine::SaveExpertUsage(const std::string& path) const {
-  if (path.empty()) return absl::InvalidArgumentError("SaveExpertUsage: empty path");
-  return WriteExpertUsageFile(expert_usage(), path);
-}
+absl::Status Engine::SaveExpertUsage(const std::string& path) const { return WriteExpertUsageFile(expert_usage(), path); }
 
 std::string Engine::scheduler_name() const { return impl_->scheduler->name(); }
 

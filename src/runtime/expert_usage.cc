@@ -1,18 +1,13 @@
 #include "src/runtime/expert_usage.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "src/runtime/file_io.h"
 
 namespace hetero {
 namespace {
@@ -183,26 +178,9 @@ absl::Status CheckExpertUsageFitsModel(const ExpertUsage& usage, const ModelDefi
 }
 
 absl::StatusOr<ExpertUsage> ReadExpertUsageFile(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int error = errno;
-    const std::string why = absl::StrCat("expert usage file '", path, "' cannot be opened: ", std::strerror(error));
-    return error == ENOENT || error == ENOTDIR ? absl::NotFoundError(why) : absl::InvalidArgumentError(why);
-  }
-  std::string text;
-  char chunk[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0 && text.size() <= kMaxFileBytes) text.append(chunk, got);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) {  // a directory, or a read error
-    return absl::InvalidArgumentError(absl::StrCat("expert usage file '", path, "' cannot be read"));
-  }
-  if (text.size() > kMaxFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert usage file '", path, "' is larger than ", kMaxFileBytes >> 20, " MiB"));
-  }
-  absl::StatusOr<ExpertUsage> usage = ParseExpertUsage(text);
+  absl::StatusOr<std::string> text = internal::ReadFileBounded(path, kMaxFileBytes);
+  if (!text.ok()) return absl::Status(text.status().code(), absl::StrCat("expert usage: ", text.status().message()));
+  absl::StatusOr<ExpertUsage> usage = ParseExpertUsage(*text);
   if (!usage.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("expert usage file '", path, "': ", usage.status().message()));
   }
@@ -210,30 +188,9 @@ absl::StatusOr<ExpertUsage> ReadExpertUsageFile(const std::string& path) {
 }
 
 absl::Status WriteExpertUsageFile(const ExpertUsage& usage, const std::string& path) {
-  const std::string text = ExpertUsageToJson(usage);
-  // A name of this process and call, so concurrent saves to one path do not share it.
-  static std::atomic<uint64_t> saves{0};
-  const std::string temporary = absl::StrCat(path, ".tmp.", getpid(), ".", saves++);
-  std::FILE* f = std::fopen(temporary.c_str(), "wb");
-  if (f == nullptr) {
-    const int error = errno;
-    const std::string why = absl::StrCat("expert usage: cannot write '", path, "': ", std::strerror(error));
-    // The caller's path names no directory that exists: theirs to fix, as a bad argument is.
-    return error == ENOENT || error == ENOTDIR ? absl::NotFoundError(why) : absl::InvalidArgumentError(why);
-  }
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  const int write_error = errno;
-  if (std::fclose(f) != 0 || !written) {
-    std::remove(temporary.c_str());
-    const std::string why = absl::StrCat("expert usage: writing '", temporary, "' failed: ", std::strerror(write_error));
-    return write_error == ENOSPC ? absl::ResourceExhaustedError(why) : absl::InvalidArgumentError(why);
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temporary.c_str());
-    return absl::InvalidArgumentError(
-        absl::StrCat("expert usage: cannot replace '", path, "': ", std::strerror(error)));
-  }
+  if (path.empty()) return Bad("empty path");
+  absl::Status written = internal::WriteFileWhole(path, ExpertUsageToJson(usage));
+  if (!written.ok()) return absl::Status(written.code(), absl::StrCat("expert usage: ", written.message()));
   return absl::OkStatus();
 }
 

@@ -1,15 +1,9 @@
 // Session::SaveState and Engine::RestoreSession (the format: src/runtime/session_state.h).
-#include <unistd.h>
-
-#include <atomic>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "hetero/engine.h"
 #include "src/runtime/engine_impl.h"
+#include "src/runtime/file_io.h"
 #include "src/runtime/session_state.h"
 #include "src/runtime/status_macros.h"
 
@@ -88,22 +82,8 @@ absl::StatusOr<std::string> Session::SaveState() {
 
 absl::Status Session::SaveStateToFile(const std::string& path) {
   HETERO_ASSIGN_OR_RETURN(std::string bytes, SaveState());
-  // A name of this process and call, so concurrent saves to one path do not share it.
-  static std::atomic<uint64_t> saves{0};
-  const std::string temporary = absl::StrCat(path, ".tmp.", getpid(), ".", saves++);
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) {
-      out.close();
-      std::remove(temporary.c_str());
-      return absl::InternalError(absl::StrCat("SaveStateToFile: cannot write '", temporary, "'"));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    std::remove(temporary.c_str());
-    return absl::InternalError(absl::StrCat("SaveStateToFile: cannot rename '", temporary, "' to '", path, "'"));
-  }
+  absl::Status written = internal::WriteFileWhole(path, bytes);
+  if (!written.ok()) return absl::Status(written.code(), absl::StrCat("SaveStateToFile: ", written.message()));
   return absl::OkStatus();
 }
 
@@ -148,18 +128,9 @@ absl::StatusOr<std::unique_ptr<Session>> Engine::RestoreSession(std::string_view
 }
 
 absl::StatusOr<std::unique_ptr<Session>> Engine::RestoreSessionFromFile(const std::string& path) {
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return absl::NotFoundError(absl::StrCat("RestoreSessionFromFile: cannot read '", path, "' (not a regular file)"));
-  }
-  if (std::filesystem::file_size(path, error) > internal::kMaxSessionStateBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("RestoreSessionFromFile: '", path, "' is larger than any session state"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("RestoreSessionFromFile: cannot read '", path, "'"));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return RestoreSession(bytes.str());
+  absl::StatusOr<std::string> bytes = internal::ReadFileBounded(path, internal::kMaxSessionStateBytes);
+  if (!bytes.ok()) return absl::Status(bytes.status().code(), absl::StrCat("RestoreSessionFromFile: ", bytes.status().message()));
+  return RestoreSession(*bytes);
 }
 
 }  // namespace hetero
