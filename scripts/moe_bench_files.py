@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Random-weight GGUF files in the shapes of real mixture-of-experts models, for benchmarks
+"""Random-weight GGUF files in the shapes of real mixture-of-experts models (and one dense
+shape small enough to stay in cache), for benchmarks
 (hetero-bench against llama.cpp's llama-bench: scripts/moe-bench.sh writes them, quantizes them and runs both). The weights
 are random Q8_0 blocks written directly (no float copy is ever made, so even OLMoE's 7B
 parameters take a minute); routers and norms are F32, as converters write them. Each file
@@ -7,13 +8,17 @@ has the architecture's metadata and a vocabulary-less tokenizer ("none"), which 
 programs accept for benchmarks on token ids.
 
     python3 -m pip install gguf==0.19.0 numpy
-    python3 scripts/moe_bench_files.py OUT_DIR [granite-3.0-1b-a400m|olmoe-1b-7b ...]
+    python3 scripts/moe_bench_files.py OUT_DIR [granite-3.0-1b-a400m|olmoe-1b-7b|llama-cache-resident ...]
 
-Shapes (from the models' published configurations):
+Shapes (the first two from the models' published configurations):
   granite-3.0-1b-a400m  granitemoe, 24 layers, hidden 1024, 16 heads / 8 KV heads,
                         32 experts of FFN 512, 8 per token, vocabulary 49155, tied output
   olmoe-1b-7b           olmoe, 16 layers, hidden 2048, 16 heads, 64 experts of FFN 1024,
                         8 per token, vocabulary 50304, q/k norms over the whole vectors
+  llama-cache-resident  llama (dense), 6 layers, hidden 512, 8 heads / 4 KV heads, FFN 1536,
+                        vocabulary 8192: 24 MB in Q8_0, 13 MB in Q4_0, so decode reads its
+                        weights from a 32 MB L3 rather than from memory: the situation of the
+                        default model on a Xeon whose L3 holds it, on any CPU
 """
 import os
 import sys
@@ -28,6 +33,8 @@ SHAPES = {
                                              attention_scale=0.015625)),
     "olmoe-1b-7b": dict(arch="olmoe", layers=16, embd=2048, heads=16, kv_heads=16, experts=64, used=8, ff=1024,
                         vocab=50304, tied=False, eps=1e-5, base=10000.0, scales={}),
+    "llama-cache-resident": dict(arch="llama", layers=6, embd=512, heads=8, kv_heads=4, experts=0, used=0,
+                                 ff=1536, vocab=8192, tied=False, eps=1e-5, base=10000.0, scales={}),
 }
 
 rng = np.random.default_rng(1)
@@ -64,8 +71,9 @@ def write(name, s, out_dir):
     w.add_rope_freq_base(s["base"])
     w.add_layer_norm_rms_eps(s["eps"])
     w.add_vocab_size(s["vocab"])
-    w.add_expert_count(s["experts"])
-    w.add_expert_used_count(s["used"])
+    if s["experts"]:
+        w.add_expert_count(s["experts"])
+        w.add_expert_used_count(s["used"])
     sc = s["scales"]
     if sc:
         w.add_embedding_scale(sc["embedding_scale"])
@@ -89,6 +97,11 @@ def write(name, s, out_dir):
             w.add_tensor(p + "attn_q_norm.weight", f32(e, mean=1.0, scale=0.05))
             w.add_tensor(p + "attn_k_norm.weight", f32(kd, mean=1.0, scale=0.05))
         w.add_tensor(p + "ffn_norm.weight", f32(e, mean=1.0, scale=0.05))
+        if not s["experts"]:
+            w.add_tensor(p + "ffn_gate.weight", q8_0(s["ff"], e), raw_dtype=q)
+            w.add_tensor(p + "ffn_up.weight", q8_0(s["ff"], e), raw_dtype=q)
+            w.add_tensor(p + "ffn_down.weight", q8_0(e, s["ff"]), raw_dtype=q)
+            continue
         w.add_tensor(p + "ffn_gate_inp.weight", f32(s["experts"], e, scale=0.5))
         w.add_tensor(p + "ffn_gate_exps.weight", q8_0(s["ff"], e, (s["experts"],)), raw_dtype=q)
         w.add_tensor(p + "ffn_up_exps.weight", q8_0(s["ff"], e, (s["experts"],)), raw_dtype=q)
