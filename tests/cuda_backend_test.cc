@@ -211,6 +211,11 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                                            TinyCase("llama", TensorType::kQ5_K).Wide(),
                                            TinyCase("llama", TensorType::kQ6_K).Wide(),
                                            TinyCase("qwen2", TensorType::kQ5_0), TinyCase("llama", TensorType::kQ5_1),
+                                           // the small formats (2- and 3-bit K, the 4-bit codebook)
+                                           TinyCase("llama", TensorType::kQ2_K).Wide(),
+                                           TinyCase("llama", TensorType::kQ3_K).Wide(),
+                                           TinyCase("llama", TensorType::kIQ4_XS).Wide(),
+                                           TinyCase("qwen2", TensorType::kIQ4_NL),
                                            TinyCase("llama", TensorType::kQ4_K)
                                                .Wide()
                                                .Types({{"attn_v.weight", TensorType::kQ6_K},
@@ -228,6 +233,7 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaTinyModelTest,
                                            TinyCase("olmoe", TensorType::kQ4_1).Experts(8, 3, 32),
                                            TinyCase("qwen2moe", TensorType::kQ8_0).Experts(4, 2, 64, 96),
                                            TinyCase("qwen3moe", TensorType::kQ4_K).Wide().Experts(8, 2, 256),
+                                           TinyCase("olmoe", TensorType::kQ3_K).Wide().Experts(8, 3, 256),
                                            TinyCase("granite", TensorType::kQ4_1)
                                                .Keys({{"embedding_scale", 12.0f}, {"attention.scale", 0.0078125f},
                                                       {"residual_scale", 0.22f}, {"logit_scale", 8.0f}})),

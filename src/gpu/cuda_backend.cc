@@ -59,7 +59,9 @@ int32_t ModuleFormat(TensorType type) {
       {TensorType::kQ4_0, HETERO_CUDA_WEIGHTS_Q4_0}, {TensorType::kQ4_1, HETERO_CUDA_WEIGHTS_Q4_1},
       {TensorType::kQ5_0, HETERO_CUDA_WEIGHTS_Q5_0}, {TensorType::kQ5_1, HETERO_CUDA_WEIGHTS_Q5_1},
       {TensorType::kQ8_0, HETERO_CUDA_WEIGHTS_Q8_0}, {TensorType::kQ4_K, HETERO_CUDA_WEIGHTS_Q4_K},
-      {TensorType::kQ5_K, HETERO_CUDA_WEIGHTS_Q5_K}, {TensorType::kQ6_K, HETERO_CUDA_WEIGHTS_Q6_K}};
+      {TensorType::kQ5_K, HETERO_CUDA_WEIGHTS_Q5_K}, {TensorType::kQ6_K, HETERO_CUDA_WEIGHTS_Q6_K},
+      {TensorType::kQ2_K, HETERO_CUDA_WEIGHTS_Q2_K}, {TensorType::kQ3_K, HETERO_CUDA_WEIGHTS_Q3_K},
+      {TensorType::kIQ4_NL, HETERO_CUDA_WEIGHTS_IQ4_NL}, {TensorType::kIQ4_XS, HETERO_CUDA_WEIGHTS_IQ4_XS}};
   for (const auto& [t, format] : kNative) {
     if (t == type) return format;
   }

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 7
+#define HETERO_CUDA_MODULE_ABI_VERSION 8
 
 /* Outcome of a probe. */
 enum {
@@ -70,9 +70,13 @@ enum {
   HETERO_CUDA_WEIGHTS_Q5_0 = 6,
   HETERO_CUDA_WEIGHTS_Q5_1 = 7,
   HETERO_CUDA_WEIGHTS_Q8_0 = 8,
-  HETERO_CUDA_WEIGHTS_Q4_K = 12, /* 256-element super-blocks: cols a multiple of 256 */
+  HETERO_CUDA_WEIGHTS_Q2_K = 10, /* 256-element super-blocks: cols a multiple of 256 */
+  HETERO_CUDA_WEIGHTS_Q3_K = 11,
+  HETERO_CUDA_WEIGHTS_Q4_K = 12,
   HETERO_CUDA_WEIGHTS_Q5_K = 13,
-  HETERO_CUDA_WEIGHTS_Q6_K = 14
+  HETERO_CUDA_WEIGHTS_Q6_K = 14,
+  HETERO_CUDA_WEIGHTS_IQ4_NL = 20,
+  HETERO_CUDA_WEIGHTS_IQ4_XS = 23 /* 256-element super-blocks */
 };
 
 typedef struct hetero_cuda_matrix {
