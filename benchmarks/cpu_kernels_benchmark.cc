@@ -91,6 +91,32 @@ BENCHMARK(BM_MemoryRead)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// One parallel loop of decode's size for the pool's own cost: a decode step runs ~200 loops
+// of 10-20 us each (the default model), so the handing out of chunks and the reporting back
+// must stay well under a microsecond. Each of `items` indices sums 4 KiB that stays in
+// cache; time per loop = the work (items x ~0.1 us over the threads) + the pool's cost.
+void BM_ThreadPoolLoop(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  const int items = static_cast<int>(state.range(1));
+  std::vector<float> data(static_cast<size_t>(items) * 1024, 1.0f);
+  std::vector<float> out(static_cast<size_t>(items));
+  for (auto _ : state) {
+    pool.ParallelFor(items, ThreadPool::Schedule::kStatic, [&](int i) {
+      float lanes[16] = {};
+      const float* p = data.data() + static_cast<size_t>(i) * 1024;
+      for (int j = 0; j < 1024; j += 16) {
+        for (int l = 0; l < 16; ++l) lanes[l] += p[j + l];
+      }
+      float total = 0;
+      for (float lane : lanes) total += lane;
+      out[static_cast<size_t>(i)] = total;
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations());  // loops per second
+}
+BENCHMARK(BM_ThreadPoolLoop)->ArgNames({"threads", "items"})->ArgsProduct({{2}, {8, 64, 576}})->UseRealTime();
+
 // Decode's matrix-vector products on native blocks: bytes = weight bytes read.
 void BM_QuantGemv(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(3)));
