@@ -62,6 +62,7 @@ struct QuantizedWeights {
   int packed_rows = 0;
   // The packed copy as bytes (tiles span several cache lines).
   const uint8_t* packed_bytes() const { return reinterpret_cast<const uint8_t*>(packed.data()); }
+  const uint8_t* packed_end() const { return packed_bytes() + packed.size() * sizeof(CacheLine); }
 
   static constexpr int kGroupRows = 16;
   // Where the packed copy of Q4_0, Q4_1 and Q8_0 keeps block b of a group of 16 rows (byte

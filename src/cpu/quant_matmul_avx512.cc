@@ -201,6 +201,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
   constexpr bool q8 = T == TensorType::kQ8_0;
   const int nb = w.k / kBlock;
   const uint8_t* group_bytes = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
+  const uint8_t* weights_end = w.packed_end();
   const uint8_t* act[R];
   const float* d[R];
   const float* d_sum[R];
@@ -217,7 +218,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
     const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
     const uint8_t* tile = group_bytes + at.quants;
     if constexpr (q8) {
-      if (b % 2 == 0) PrefetchWeights(tile, 1088);  // the pair's unit
+      if (b % 2 == 0) PrefetchWeights(tile, 1088, weights_end);  // the pair's unit
     }
     __m512i wq[8];
     if constexpr (q8) {

@@ -45,6 +45,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
   const uint8_t* unit = w.packed_bytes() + static_cast<size_t>(group) * units * layout.bytes;
+  const uint8_t* weights_end = w.packed_end();
   const uint8_t* act[R];
   const float* d[R];
   const float* d_sum[R];
@@ -83,7 +84,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
     for (int run = 0; run < kRuns; ++run) {
       // Each run asks for its share of the unit kWeightPrefetchBytes on: an even trickle of
       // requests rather than a burst per unit.
-      PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare);
+      PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, weights_end);
       const uint8_t* tile = unit + 256 * run;
       __m512i wq[8];
 #pragma GCC unroll 4
