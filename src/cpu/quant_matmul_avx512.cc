@@ -217,9 +217,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
   for (int b = 0; b < nb; ++b) {
     const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
     const uint8_t* tile = group_bytes + at.quants;
-    if constexpr (q8) {
-      if (b % 2 == 0) PrefetchWeights(tile, 1088, weights_end);  // the pair's unit
-    }
+    if (b % 2 == 0) PrefetchWeights(tile, q8 ? 1088 : 640, weights_end);  // the pair's unit
     __m512i wq[8];
     if constexpr (q8) {
 #pragma GCC unroll 8

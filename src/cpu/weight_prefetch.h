@@ -8,8 +8,9 @@
 //    MoE in Q4_K_M 64 -> 88 tok/s, the default model's shape in Q4_K_M 189 -> 204 and in
 //    Q6_K 132 -> 169; where the weights stall the kernel most (Q6_K's bit masks) the most;
 //  - Q8_0 (one tile per block of 32): the MoE shape 39.4 -> 42.7, the default model's 113 -> 125;
-//  - not the Q4_0/Q4_1 kernel: a whole tile per block there measured slower (Q4_1 238 -> 201),
-//    the default model in Q4_1 read at the hardware prefetchers' bandwidth then.
+//  - Q4_0/Q4_1: a whole tile per block measured slower at 4 KiB (Q4_1 238 -> 201); one
+//    pair's unit per pair of blocks at 8 KiB (below), against the same build without:
+//    BM_QuantGemv Q4_1 +1-6% in eight of eight interleaved runs, decode -4% to +5% (noise).
 // The distance: 4 KiB until 2026-12-05; 8 KiB, with no request past the matrix's end, on the
 // two-core EPYC (a plain read there reaches 47 GB/s from the hardware prefetchers alone and
 // 86 GB/s with requests 16 KiB ahead), against the same build at 4 KiB, interleaved, tg128:
