@@ -1,5 +1,6 @@
 // ThreadPool: every index runs exactly once (static and dynamic chunks, awkward counts and
-// team sizes), a static chunk runs on one thread, loops started while one runs (nested, or
+// team sizes), a static chunk runs on one thread, a slow thread's remaining chunks are taken
+// by the others, loops started while one runs (nested, or
 // from another thread) still run completely, many short loops in a row lose no wake-up, and
 // kernels on a pool give the results they give on one thread.
 #include "src/cpu/thread_pool.h"
@@ -91,6 +92,26 @@ TEST(ThreadPoolTest, WorkersTakePartAfterSleeping) {
       if (started.load() == 2) met.fetch_add(1);
     });
     ASSERT_EQ(met.load(), 2) << "round " << round << ": the worker did not take part";
+  }
+}
+
+TEST(ThreadPoolTest, OthersTakeTheRestOfASlowThreadsRun) {
+  // Static chunks are dealt out as one run per thread; the caller's run is chunks 0..3 of 8
+  // (one index each here). Chunk 0 holds the caller long enough that the worker, done with
+  // its own run, must take the caller's remaining chunks from the back.
+  ThreadPool pool(2);
+  const int n = 2 * ThreadPool::kChunksPerThread;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::thread::id> owner(n);
+    const std::thread::id caller = std::this_thread::get_id();
+    pool.ParallelFor(n, Schedule::kStatic, [&](int i) {
+      owner[static_cast<size_t>(i)] = std::this_thread::get_id();
+      if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    });
+    EXPECT_EQ(owner[0], caller);
+    for (int i = 1; i < n; ++i) {
+      EXPECT_NE(owner[static_cast<size_t>(i)], caller) << "index " << i << ", round " << round;
+    }
   }
 }
 
