@@ -2,8 +2,10 @@
 // against a float64 product of the dequantized weights with the unquantized activations,
 // on random blocks of awkward sizes (odd block counts, single rows, non-multiple-of-16 n).
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "src/cpu/cpu_features.h"
@@ -160,6 +162,44 @@ TEST(QuantMatmulTest, ZeroActivationsGiveZero) {
   a.Quantize(x.data(), 1, 64, 64);
   QuantMatmul(w, a, y.data(), 4);
   for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+// Packing tells the loader of the source rows it has copied (so their file pages can go):
+// whole row groups, in order from the first byte, in stretches of at least 4 MiB but the
+// last, covering exactly the packed rows (the tail rows past the last group are still read
+// from the source); and the packed copy is the same with or without being told.
+TEST(QuantMatmulTest, PackingReportsTheSourceRowsItCopiedInOrder) {
+  std::mt19937 rng(11);
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_1, TensorType::kQ4_K, TensorType::kQ6_K}) {
+    SCOPED_TRACE(TensorTypeName(type));
+    const TensorTypeTraits& t = GetTensorTypeTraits(type);
+    const int n = 16 * 150 + 5, k = 4096;
+    std::vector<uint8_t> blocks(static_cast<size_t>(n) * (k / t.block_size) * t.type_size);
+    for (uint8_t& b : blocks) b = static_cast<uint8_t>(rng());
+    std::vector<std::pair<const uint8_t*, size_t>> reports;
+    const QuantizedWeights w = QuantizedWeights::FromBlocks(
+        type, n, k, blocks.data(), [&](const uint8_t* begin, size_t bytes) { reports.emplace_back(begin, bytes); });
+    const QuantizedWeights plain = QuantizedWeights::FromBlocks(type, n, k, blocks.data());
+    ASSERT_EQ(w.packed_rows, plain.packed_rows);
+    ASSERT_EQ(w.packed.size(), plain.packed.size());
+    EXPECT_EQ(std::memcmp(w.packed.data(), plain.packed.data(), w.packed.size() * sizeof(w.packed[0])), 0);
+    if (w.packed_rows == 0) {  // this CPU (or HETERO_CPU_ISA cap) reads the blocks in place
+      EXPECT_TRUE(reports.empty());
+      continue;
+    }
+    EXPECT_EQ(w.packed_rows, 16 * 150);
+    ASSERT_GE(reports.size(), 2u);
+    const uint8_t* next = blocks.data();
+    for (size_t i = 0; i < reports.size(); ++i) {
+      EXPECT_EQ(reports[i].first, next) << "report " << i;
+      if (i + 1 < reports.size()) {
+        EXPECT_GE(reports[i].second, size_t{4} << 20) << "report " << i;
+      }
+      EXPECT_EQ(reports[i].second % (16 * w.row_bytes), 0u) << "report " << i << ": not whole row groups";
+      next = reports[i].first + reports[i].second;
+    }
+    EXPECT_EQ(next, blocks.data() + static_cast<size_t>(w.packed_rows) * w.row_bytes);
+  }
 }
 
 }  // namespace

@@ -111,9 +111,7 @@ class CpuBackend : public PagedBackend {
   absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // `source_read_elsewhere`: the file's bytes of the matrix are read by more than the matrix
-  // product (a tied embedding), so they stay resident whatever the kernel reads.
-  absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor, bool source_read_elsewhere = false);
+  absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 
   const Model& model_;
   const ModelConfig& config_;

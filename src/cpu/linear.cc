@@ -160,7 +160,8 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ct
 }
 
 absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
-                                                        int bf16_min_rows) {
+                                                        int bf16_min_rows,
+                                                        const QuantizedWeights::PackedSourceFn& packed_source) {
   if (!QuantizedWeights::Supports(tensor.type)) {
     return absl::InvalidArgumentError(absl::StrCat("no native kernel for ", TensorTypeName(tensor.type)));
   }
@@ -172,7 +173,7 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx
     if (bf16_min_rows != kNeverBf16) {
       bf16_primitive = dnnl::matmul(MatmulDesc(ctx.engine, n, k, Type::bf16, memory::desc({k, n}, Type::bf16, Tag::ba)));
     }
-    return std::unique_ptr<Linear>(new QuantLinear(ctx, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data()),
+    return std::unique_ptr<Linear>(new QuantLinear(ctx, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data(), packed_source),
                                                    bf16_min_rows, std::move(bf16_primitive)));
   } catch (const dnnl::error& e) {
     return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));

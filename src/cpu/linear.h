@@ -88,9 +88,11 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ct
 
 // Weights kept in native blocks (QuantizedWeights::Supports(type) must hold). Calls with
 // at least `bf16_min_rows` rows (kNeverBf16: none) take the dequantize-to-bf16 + oneDNN path.
+// `packed_source` is told of the source blocks packing has copied (QuantizedWeights).
 inline constexpr int kNeverBf16 = 1 << 30;
 absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
-                                                        int bf16_min_rows);
+                                                        int bf16_min_rows,
+                                                        const QuantizedWeights::PackedSourceFn& packed_source = {});
 
 }  // namespace hetero
 

@@ -73,7 +73,8 @@ bool PacksBlockFormat(TensorType type) {
 
 bool QuantMatmulIsFast(TensorType type) { return IsClassicFormat(type) || PacksBlockFormat(type); }
 
-QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, const uint8_t* blocks) {
+QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, const uint8_t* blocks,
+                                              const PackedSourceFn& packed_source) {
   QuantizedWeights w;
   w.type = type;
   w.n = n;
@@ -81,7 +82,7 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   w.blocks = blocks;
   const TensorTypeTraits& traits = GetTensorTypeTraits(type);
   w.row_bytes = static_cast<size_t>(k / traits.block_size) * traits.type_size;
-  if (IsClassicFormat(type) ? HaveAvx512Vnni() : PacksBlockFormat(type)) w.Pack();
+  if (IsClassicFormat(type) ? HaveAvx512Vnni() : PacksBlockFormat(type)) w.Pack(packed_source);
   if (!IsClassicFormat(type)) return w;  // the per-row offsets are the classic kernels' only
   // Offsets for the rows the per-row AVX-512 kernel reads (those past the packed groups).
   const size_t first = static_cast<size_t>(w.packed_rows) * (k / kBlock);
@@ -124,8 +125,29 @@ PackedUnitLayout GetPackedUnitLayout(TensorType type) {
 
 namespace {
 
+// Reports the source rows packed so far to a PackedSourceFn, a few MiB at a time.
+class PackedSourceReporter {
+ public:
+  PackedSourceReporter(const QuantizedWeights& w, const QuantizedWeights::PackedSourceFn& fn) : w_(w), fn_(fn) {}
+  // Rows [0, rows) are packed; `last`: no more will be.
+  void Packed(int rows, bool last) {
+    if (!fn_) return;
+    const size_t end = static_cast<size_t>(rows) * w_.row_bytes;
+    if (end > reported_ && (last || end - reported_ >= kStretchBytes)) {
+      fn_(w_.blocks + reported_, end - reported_);
+      reported_ = end;
+    }
+  }
+
+ private:
+  static constexpr size_t kStretchBytes = size_t{4} << 20;
+  const QuantizedWeights& w_;
+  const QuantizedWeights::PackedSourceFn& fn_;
+  size_t reported_ = 0;
+};
+
 // The block formats' units: see QuantizedWeights and PackedUnitLayout.
-void PackBlockFormat(QuantizedWeights& w) {
+void PackBlockFormat(QuantizedWeights& w, const QuantizedWeights::PackedSourceFn& packed_source) {
   const internal::PackedUnitLayout l = internal::GetPackedUnitLayout(w.type);
   if (l.runs == 0) return;  // read from the file blocks by the portable kernel
   constexpr int kRows = QuantizedWeights::kGroupRows;
@@ -133,9 +155,13 @@ void PackBlockFormat(QuantizedWeights& w) {
   const int groups = w.n / kRows;
   const size_t block_bytes = GetTensorTypeTraits(w.type).type_size;
   w.packed_rows = groups * kRows;
-  w.packed.assign(static_cast<size_t>(groups) * units * l.bytes / sizeof(CacheLine), CacheLine{});
+  w.packed.resize(static_cast<size_t>(groups) * units * l.bytes / sizeof(CacheLine));
+  PackedSourceReporter reporter(w, packed_source);
   uint8_t codes[32];
   for (int g = 0; g < groups; ++g) {
+    // The allocation is uninitialised (see `packed`); the masks below are ORed in.
+    std::memset(reinterpret_cast<uint8_t*>(w.packed.data()) + static_cast<size_t>(g) * units * l.bytes, 0,
+                static_cast<size_t>(units) * l.bytes);
     for (int u = 0; u < units; ++u) {
       uint8_t* unit = reinterpret_cast<uint8_t*>(w.packed.data()) + (static_cast<size_t>(g) * units + u) * l.bytes;
       uint8_t* scales = unit + l.scales_at;
@@ -210,26 +236,29 @@ void PackBlockFormat(QuantizedWeights& w) {
         }
       }
     }
+    reporter.Packed((g + 1) * kRows, g + 1 == groups);
   }
 }
 
 }  // namespace
 
-void QuantizedWeights::Pack() {
+void QuantizedWeights::Pack(const PackedSourceFn& packed_source) {
   if (!IsClassicFormat(type)) {
-    PackBlockFormat(*this);
+    PackBlockFormat(*this, packed_source);
     return;
   }
+  PackedSourceReporter reporter(*this, packed_source);
   const int nb = k / kBlock;
   const int groups = n / kGroupRows;
   const size_t group_bytes = ClassicGroupBytes(type, nb);
   const size_t block_bytes = GetTensorTypeTraits(type).type_size;
   packed_rows = groups * kGroupRows;
-  packed.assign(static_cast<size_t>(groups) * group_bytes / sizeof(CacheLine), CacheLine{});
+  packed.resize(static_cast<size_t>(groups) * group_bytes / sizeof(CacheLine));
   const bool q8 = type == TensorType::kQ8_0;
   const int qs_at = type == TensorType::kQ4_1 ? 4 : 2;
   for (int g = 0; g < groups; ++g) {
     uint8_t* group = reinterpret_cast<uint8_t*>(packed.data()) + static_cast<size_t>(g) * group_bytes;
+    std::memset(group, 0, group_bytes);  // the allocation is uninitialised (see `packed`)
     for (int b = 0; b < nb; ++b) {
       const ClassicTile at = ClassicTileAt(type, b);
       for (int lane = 0; lane < kGroupRows; ++lane) {
@@ -247,6 +276,7 @@ void QuantizedWeights::Pack() {
         if (type == TensorType::kQ4_1) std::memcpy(group + at.scales + 32 + 2 * lane, blk + 2, 2);  // minimum (fp16)
       }
     }
+    reporter.Packed((g + 1) * kGroupRows, g + 1 == groups);
   }
 }
 

@@ -7,7 +7,12 @@
 #ifndef HETERO_CPU_QUANT_MATMUL_H_
 #define HETERO_CPU_QUANT_MATMUL_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -37,6 +42,28 @@ struct alignas(64) CacheLine {
   uint8_t bytes[64];
 };
 
+// A vector allocator that leaves new elements uninitialised: packing zeroes each row
+// group's bytes just before filling them, so a large packed copy's pages become resident as
+// packing reaches them (while the source's go), not all at once.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
 // Weights of one matrix in a native block format: `n` rows (outputs) of `k` columns
 // (inputs), each row its blocks (of 32, or super-blocks of 256), as stored in GGUF.
 struct QuantizedWeights {
@@ -58,7 +85,7 @@ struct QuantizedWeights {
   // columns per 16 rows: per run of 32 columns the low 4 bits of the codes in the same
   // interleaved tile, then per run the higher code bits as byte masks (one 64-bit mask per
   // tile vector and bit), then the format's scales regrouped by row (PackedUnitLayout).
-  std::vector<CacheLine> packed;
+  std::vector<CacheLine, UninitializedAllocator<CacheLine>> packed;
   int packed_rows = 0;
   // The packed copy as bytes (tiles span several cache lines).
   const uint8_t* packed_bytes() const { return reinterpret_cast<const uint8_t*>(packed.data()); }
@@ -100,11 +127,17 @@ struct QuantizedWeights {
   // Whether native kernels run `type` (no bf16 or f32 copy); k must be a whole number of
   // the type's blocks.
   static bool Supports(TensorType type);
+  // Told, while Pack runs, of each stretch of the source blocks it has finished copying
+  // into `packed`: whole row groups, in order, about 4 MiB at a time, never the rows past
+  // the last group (the kernels read those from the source). The loader drops those file
+  // pages at once, so a large matrix's file bytes and packed copy are never both resident.
+  using PackedSourceFn = std::function<void(const uint8_t* begin, size_t bytes)>;
   // Prepares a view of file blocks, their offsets and, where the AVX-512 kernels run, the
   // packed copy.
-  static QuantizedWeights FromBlocks(TensorType type, int n, int k, const uint8_t* blocks);
+  static QuantizedWeights FromBlocks(TensorType type, int n, int k, const uint8_t* blocks,
+                                     const PackedSourceFn& packed_source = {});
   // Builds `packed` (FromBlocks calls this when the CPU has AVX-512 VNNI).
-  void Pack();
+  void Pack(const PackedSourceFn& packed_source = {});
 };
 
 // y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` and outputs j in [0, w.n),
