@@ -8,7 +8,7 @@ has the architecture's metadata and a vocabulary-less tokenizer ("none"), which 
 programs accept for benchmarks on token ids.
 
     python3 -m pip install gguf==0.19.0 numpy
-    python3 scripts/moe_bench_files.py OUT_DIR [granite-3.0-1b-a400m|olmoe-1b-7b|llama-cache-resident ...]
+    python3 scripts/moe_bench_files.py OUT_DIR [granite-3.0-1b-a400m|olmoe-1b-7b|llama-cache-resident|gemma3-270m ...]
 
 Shapes (the first two from the models' published configurations):
   granite-3.0-1b-a400m  granitemoe, 24 layers, hidden 1024, 16 heads / 8 KV heads,
@@ -19,6 +19,10 @@ Shapes (the first two from the models' published configurations):
                         vocabulary 8192: 24 MB in Q8_0, 13 MB in Q4_0, so decode reads its
                         weights from a 32 MB L3 rather than from memory: the situation of the
                         default model on a Xeon whose L3 holds it, on any CPU
+  gemma3-270m           gemma3 (dense, Gemma 3 270M's published configuration), 18 layers,
+                        hidden 640, 4 heads / 1 KV head of 256, FFN 2048, vocabulary 262144,
+                        tied output, q/k norms per head, norms after attention and FFN,
+                        512-position sliding window on 5 of every 6 layers
 """
 import os
 import sys
@@ -35,6 +39,9 @@ SHAPES = {
                         vocab=50304, tied=False, eps=1e-5, base=10000.0, scales={}),
     "llama-cache-resident": dict(arch="llama", layers=6, embd=512, heads=8, kv_heads=4, experts=0, used=0,
                                  ff=1536, vocab=8192, tied=False, eps=1e-5, base=10000.0, scales={}),
+    "gemma3-270m": dict(arch="gemma3", layers=18, embd=640, heads=4, kv_heads=1, head_dim=256, experts=0, used=0,
+                        ff=2048, vocab=262144, tied=True, eps=1e-6, base=1000000.0, base_swa=10000.0, window=512,
+                        scales={}),
 }
 
 rng = np.random.default_rng(1)
@@ -59,8 +66,9 @@ def f32(*numpy_shape, mean=0.0, scale=0.02):
 def write(name, s, out_dir):
     path = os.path.join(out_dir, f"{name}.Q8_0.gguf")
     w = GGUFWriter(path, s["arch"])
-    e, hd = s["embd"], s["embd"] // s["heads"]
-    kd = s["kv_heads"] * hd
+    e, hd = s["embd"], s.get("head_dim", s["embd"] // s["heads"])
+    qd, kd = s["heads"] * hd, s["kv_heads"] * hd
+    gemma = s["arch"] == "gemma3"
     w.add_name(f"random-{name}")
     w.add_block_count(s["layers"])
     w.add_context_length(4096)
@@ -71,6 +79,12 @@ def write(name, s, out_dir):
     w.add_rope_freq_base(s["base"])
     w.add_layer_norm_rms_eps(s["eps"])
     w.add_vocab_size(s["vocab"])
+    if "head_dim" in s:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+    if gemma:
+        w.add_sliding_window(s["window"])
+        w.add_rope_freq_base_swa(s["base_swa"])
     if s["experts"]:
         w.add_expert_count(s["experts"])
         w.add_expert_used_count(s["used"])
@@ -89,13 +103,18 @@ def write(name, s, out_dir):
     for i in range(s["layers"]):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", f32(e, mean=1.0, scale=0.05))
-        w.add_tensor(p + "attn_q.weight", q8_0(e, e), raw_dtype=q)
+        w.add_tensor(p + "attn_q.weight", q8_0(qd, e), raw_dtype=q)
         w.add_tensor(p + "attn_k.weight", q8_0(kd, e), raw_dtype=q)
         w.add_tensor(p + "attn_v.weight", q8_0(kd, e), raw_dtype=q)
-        w.add_tensor(p + "attn_output.weight", q8_0(e, e), raw_dtype=q)
+        w.add_tensor(p + "attn_output.weight", q8_0(e, qd), raw_dtype=q)
         if s["arch"] == "olmoe":
             w.add_tensor(p + "attn_q_norm.weight", f32(e, mean=1.0, scale=0.05))
             w.add_tensor(p + "attn_k_norm.weight", f32(kd, mean=1.0, scale=0.05))
+        if gemma:  # per-head q/k norms, and the norms after each block
+            w.add_tensor(p + "attn_q_norm.weight", f32(hd, mean=1.0, scale=0.05))
+            w.add_tensor(p + "attn_k_norm.weight", f32(hd, mean=1.0, scale=0.05))
+            w.add_tensor(p + "post_attention_norm.weight", f32(e, mean=1.0, scale=0.05))
+            w.add_tensor(p + "post_ffw_norm.weight", f32(e, mean=1.0, scale=0.05))
         w.add_tensor(p + "ffn_norm.weight", f32(e, mean=1.0, scale=0.05))
         if not s["experts"]:
             w.add_tensor(p + "ffn_gate.weight", q8_0(s["ff"], e), raw_dtype=q)
