@@ -90,5 +90,68 @@ TEST(CudaBlockDecodersTest, EveryUnitOfEveryFormatDecodesAsTheReferenceDequantiz
   }
 }
 
+// Each weight of a matrix decoded and rounded to float16 by the prompt path's dequantize
+// body sits at its row-major place and is the reference weight rounded to nearest: within
+// half a float16 ulp of it, plus the decoders' few float ulps of the row's largest weight.
+TEST(CudaBlockDecodersTest, PromptDequantizationToHalfMatchesTheReferenceAtEveryPlace) {
+  std::mt19937 rng(20261206);
+  for (int format : testing::CudaGemvFormats()) {
+    const auto type = static_cast<TensorType>(format);
+    const TensorTypeTraits& t = GetTensorTypeTraits(type);
+    SCOPED_TRACE(TensorTypeName(type));
+    const int k = t.block_size == 256 ? 512 : t.block_size == 32 ? 224 : 96;
+    const int rows = 5;
+    const std::vector<uint8_t> data = RandomWeights(type, rows, k, rng);
+    std::vector<float> reference(static_cast<size_t>(rows) * k);
+    ASSERT_TRUE(Dequantize(type, data, absl::MakeSpan(reference)).ok());
+    std::vector<uint16_t> half(reference.size(), 0x7E00);  // NaN where nothing was written
+    ASSERT_TRUE(testing::CudaDequantizeToHalf(format, data.data(), rows, k, half.data()));
+    for (int row = 0; row < rows; ++row) {
+      float largest = 0;
+      for (int i = 0; i < k; ++i) largest = std::max(largest, std::fabs(reference[static_cast<size_t>(row) * k + i]));
+      for (int i = 0; i < k; ++i) {
+        const size_t at = static_cast<size_t>(row) * k + i;
+        const float ref = reference[at];
+        const float tolerance = std::ldexp(std::fabs(ref), -11) + std::ldexp(1.0f, -25) + 4e-7f * largest;
+        ASSERT_NEAR(Fp16ToFp32(half[at]), ref, tolerance) << "row " << row << ", column " << i;
+      }
+    }
+    // Rows 2..4 alone, from the byte offset the module's staging of an output chunk uses.
+    const testing::CudaBlockGeometry g = testing::CudaGemvBlock(format);
+    const size_t row_bytes = static_cast<size_t>(k / g.elements) * g.bytes;
+    std::vector<uint16_t> tail(static_cast<size_t>(3) * k);
+    ASSERT_TRUE(testing::CudaDequantizeToHalf(format, data.data() + 2 * row_bytes, 3, k, tail.data()));
+    EXPECT_TRUE(std::equal(tail.begin(), tail.end(), half.begin() + 2 * k));
+  }
+  uint16_t out[32];
+  const uint8_t block[64] = {};
+  EXPECT_FALSE(testing::CudaDequantizeToHalf(9, block, 1, 32, out));
+}
+
+// The embedding body reads token rows of a table in every format, scaled.
+TEST(CudaBlockDecodersTest, EmbeddingRowsOfEveryFormatAreTheScaledReferenceRows) {
+  std::mt19937 rng(20261207);
+  const float scale = 25.298221f;  // sqrt(640), Gemma's
+  for (int format : testing::CudaGemvFormats()) {
+    const auto type = static_cast<TensorType>(format);
+    const TensorTypeTraits& t = GetTensorTypeTraits(type);
+    SCOPED_TRACE(TensorTypeName(type));
+    const int n_embd = t.block_size == 256 ? 768 : 160, vocab = 7;
+    const std::vector<uint8_t> data = RandomWeights(type, vocab, n_embd, rng);
+    std::vector<float> reference(static_cast<size_t>(vocab) * n_embd);
+    ASSERT_TRUE(Dequantize(type, data, absl::MakeSpan(reference)).ok());
+    for (int token : {0, 3, 6}) {
+      std::vector<float> row(n_embd, std::nanf(""));
+      ASSERT_TRUE(testing::CudaEmbedRow(format, data.data(), n_embd, token, scale, row.data()));
+      const float* ref = reference.data() + static_cast<size_t>(token) * n_embd;
+      float largest = 0;
+      for (int i = 0; i < n_embd; ++i) largest = std::max(largest, std::fabs(ref[i]));
+      for (int i = 0; i < n_embd; ++i) {
+        ASSERT_NEAR(row[i], scale * ref[i], scale * 6e-7f * largest) << "token " << token << ", element " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hetero

@@ -47,7 +47,8 @@ absl::Status ModuleStatus(int32_t code, const char* what, const char* message) {
   }
 }
 
-// A matrix as the module takes it: its float16 copy, plus its blocks where a GEMV reads them.
+// A matrix as the module takes it: its GGUF blocks in place where the module reads the
+// format, else a float16 copy (the module's only copy then).
 struct PreparedMatrix {
   std::vector<uint16_t> f16;
   hetero_cuda_matrix view{};
@@ -68,10 +69,7 @@ int32_t ModuleFormat(TensorType type) {
   return HETERO_CUDA_WEIGHTS_F16;
 }
 
-// With f16_for_blocks false, a block format gets no float16 copy (the module then reads
-// only the blocks): no dequantization at all.
-absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::string_view name,
-                                             bool f16_for_blocks = true) {
+absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::string_view name) {
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
   if (t->dims.size() != 2) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' is not a matrix"));
   PreparedMatrix m;
@@ -82,7 +80,7 @@ absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::stri
   if (m.view.format != HETERO_CUDA_WEIGHTS_F16) {
     m.view.blocks = t->data.data();
     m.view.blocks_bytes = t->data.size();
-    if (!f16_for_blocks) return m;
+    return m;
   }
   std::vector<float> f32(static_cast<size_t>(rows * cols));
   HETERO_RETURN_IF_ERROR(DequantizeTensor(*t, absl::MakeSpan(f32)));
@@ -191,8 +189,7 @@ absl::Status CudaBackend::Init() {
   HETERO_ASSIGN_OR_RETURN(std::vector<float> output_norm, LoadFloatTensor(file, def.output_norm));
   PreparedMatrix output;
   if (def.output == def.token_embd) {
-    output = embd;
-    output.view.f16 = output.f16.data();
+    output.view = embd.view;  // the same data, which tells the module to hold one copy
   } else {
     HETERO_ASSIGN_OR_RETURN(output, PrepareMatrix(file.FindTensor(def.output), def.output));
   }
@@ -238,11 +235,10 @@ absl::Status CudaBackend::Init() {
     if (moe) {
       const ExpertsDefinition& e = ld.experts;
       HETERO_ASSIGN_OR_RETURN(h.router, LoadFloatTensor(file, e.router));
-      // Each kind of expert matrix whole, read in place where its format has a GEMV (no
-      // prompt GEMM reads experts, so those need no float16 copy).
+      // Each kind of expert matrix whole, read in place where its format has a GEMV.
       const auto stacked = [&](const std::string& name, PreparedMatrix& dst) -> absl::Status {
         const GgufTensorInfo view = StackedExperts(file, name);
-        HETERO_ASSIGN_OR_RETURN(dst, PrepareMatrix(&view, name, /*f16_for_blocks=*/false));
+        HETERO_ASSIGN_OR_RETURN(dst, PrepareMatrix(&view, name));
         note_format(dst, view.type);
         return absl::OkStatus();
       };
@@ -370,7 +366,7 @@ absl::Status CudaBackend::Init() {
   }
   d.max_rows = options_.max_rows_per_pass;
   d.device = options_.device;
-  d.token_embd_f16 = embd.f16.data();
+  d.token_embd = embd.view;
   d.output_norm = output_norm.data();
   d.output = output.view;
   d.layers = layers.data();
@@ -458,7 +454,7 @@ absl::Status CudaBackend::Init() {
     absl::StrAppend(&decode, decode.empty() ? "" : " and ", "float16 GEMV for ", absl::StrJoin(as_f16, "/"),
                     " (no native kernel)");
   }
-  info_.weight_format = absl::StrCat(decode, " for decode, float16 cuBLAS for prompts");
+  info_.weight_format = absl::StrCat(decode, " for decode, cuBLAS for prompts (float16; blocks dequantized a matrix at a time)");
   if (!expert_placement.empty()) absl::StrAppend(&info_.weight_format, "; experts: ", expert_placement);
   info_.threads = 1;
   info_.weight_bytes = api.device_bytes(device_model_);

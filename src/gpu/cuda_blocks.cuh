@@ -239,6 +239,40 @@ HETERO_UNROLL
   }
 }
 
+// Unit `index` of a rows x k matrix in kFormat (units numbered row by row, k / 16 per row),
+// decoded and rounded to float16 at its place in the row-major `out`: the body of the prompt
+// path's dequantize kernel (one unit per thread), run by the host test over whole matrices.
+template <int kFormat>
+HETERO_DECODER void DequantizeUnitToHalf(const void* weights, int k, size_t index, __half* out) {
+  const size_t units_per_row = static_cast<size_t>(k / 16);
+  const int row = static_cast<int>(index / units_per_row), unit = static_cast<int>(index % units_per_row);
+  float w[16];
+  LoadUnit<kFormat>(weights, row, k, unit, w);
+  __half* dst = out + static_cast<size_t>(row) * k + 16 * unit;
+#if defined(__CUDA_ARCH__)
+  // Two 16-byte stores: every unit starts 32-byte aligned where `out` is (k is a multiple
+  // of 32; the module's scratch and its parts' offsets are).
+  __align__(16) __half2 h[8];
+HETERO_UNROLL
+  for (int i = 0; i < 8; ++i) h[i] = __floats2half2_rn(w[2 * i], w[2 * i + 1]);
+  reinterpret_cast<uint4*>(dst)[0] = reinterpret_cast<const uint4*>(h)[0];
+  reinterpret_cast<uint4*>(dst)[1] = reinterpret_cast<const uint4*>(h)[1];
+#else
+  for (int i = 0; i < 16; ++i) dst[i] = __float2half_rn(w[i]);
+#endif
+}
+
+// Sixteen elements (unit `unit`) of the embedding of `token`, scaled, into that token's
+// row `out_row` of the residual stream: the embedding kernel's body (the table in any
+// format LoadUnit reads, so a quantized table needs no float16 copy).
+template <int kFormat>
+HETERO_DECODER void EmbedUnit(const void* table, int n_embd, int token, int unit, float scale, float* out_row) {
+  float w[16];
+  LoadUnit<kFormat>(table, token, n_embd, unit, w);
+HETERO_UNROLL
+  for (int i = 0; i < 16; ++i) out_row[16 * unit + i] = w[i] * scale;
+}
+
 // SiLU, or GELU in its tanh form written as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)), as
 // the CPU backend computes it (0.5 g (1 + tanh) cancels to 0 for very negative g).
 __device__ __forceinline__ float GateActivation(float g, bool gelu) {

@@ -1,5 +1,6 @@
 #include "src/gpu/cuda_kernels.cuh"
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/gpu/cuda_blocks.cuh"
@@ -137,11 +138,24 @@ cudaError_t LaunchGemvFormat(const GemvLaunch& a, cudaStream_t stream) {
   return LaunchGemvRows<kFormat, false>(a, grid, block, stream);
 }
 
-__global__ void EmbedKernel(const __half* __restrict__ table, const int32_t* __restrict__ tokens, int n_embd,
+// One block per token, a thread per sixteen elements of its row.
+template <int kFormat>
+__global__ void EmbedKernel(const void* __restrict__ table, const int32_t* __restrict__ tokens, int n_embd,
                             float scale, float* __restrict__ out) {
-  const __half* src = table + static_cast<size_t>(tokens[blockIdx.x]) * n_embd;
   float* dst = out + static_cast<size_t>(blockIdx.x) * n_embd;
-  for (int i = threadIdx.x; i < n_embd; i += blockDim.x) dst[i] = __half2float(src[i]) * scale;
+  const int token = tokens[blockIdx.x];
+  for (int unit = threadIdx.x; unit < n_embd / 16; unit += blockDim.x) {
+    EmbedUnit<kFormat>(table, n_embd, token, unit, scale, dst);
+  }
+}
+
+// A thread per sixteen weights, grid-strided over the matrix.
+template <int kFormat>
+__global__ void DequantizeToHalfKernel(const void* __restrict__ weights, int k, size_t units, __half* __restrict__ out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < units;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    DequantizeUnitToHalf<kFormat>(weights, k, i, out);
+  }
 }
 
 __global__ void AddToResidualKernel(float* __restrict__ x, const float* __restrict__ t, const float* __restrict__ norm,
@@ -403,9 +417,23 @@ cudaError_t LaunchGemv(const GemvLaunch& a, cudaStream_t stream) {
   return launched;
 }
 
-void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float scale, float* out,
-                 cudaStream_t stream) {
-  EmbedKernel<<<rows, 256, 0, stream>>>(table, tokens, n_embd, scale, out);
+cudaError_t LaunchEmbed(int format, const void* table, const int32_t* tokens, int rows, int n_embd, float scale,
+                        float* out, cudaStream_t stream) {
+  if (rows < 1 || n_embd % 32 != 0 || n_embd % GemvBlock(format).elements != 0) return cudaErrorInvalidValue;
+  const int threads = std::min(256, std::max(32, n_embd / 16));
+  const bool known = WithGemvFormat(format, [&](auto f) {
+    EmbedKernel<decltype(f)::value><<<rows, threads, 0, stream>>>(table, tokens, n_embd, scale, out);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchDequantizeToHalf(int format, const void* weights, int rows, int k, __half* out, cudaStream_t stream) {
+  if (rows < 1 || k % 32 != 0 || k % GemvBlock(format).elements != 0) return cudaErrorInvalidValue;
+  const size_t units = static_cast<size_t>(rows) * (k / 16);
+  const bool known = WithGemvFormat(format, [&](auto f) {
+    DequantizeToHalfKernel<decltype(f)::value><<<GridFor(units, 256), 256, 0, stream>>>(weights, k, units, out);
+  });
+  return known ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 void LaunchAddToResidual(float* x, const float* t, const float* norm, int rows, int n, float eps, float scale,

@@ -17,6 +17,7 @@ namespace hetero::gpu {
 // against 4876 on cuBLAS; docs/PERFORMANCE.md).
 inline constexpr int kMaxGemvRows = 8;
 inline constexpr int kGemvPassRows = kMaxGemvRows;
+inline constexpr int kBlockGemvPassRows = 32;  // a model with block-format matrices (cuda_model.cu)
 // Passes of up to this many rows (decode batches) are captured as CUDA graphs.
 inline constexpr int kGraphMaxRows = 64;
 // Head dimensions the attention kernel supports: a multiple of 32, at most 32 * this.
@@ -67,9 +68,14 @@ struct GemvLaunch {
 };
 cudaError_t LaunchGemv(const GemvLaunch& launch, cudaStream_t stream);
 
-// out[r] = scale * table[tokens[r]].
-void LaunchEmbed(const __half* table, const int32_t* tokens, int rows, int n_embd, float scale, float* out,
-                 cudaStream_t stream);
+// out[r] = scale * table[tokens[r]], the table in a GEMV format (float16 rows or GGUF
+// blocks); cudaErrorInvalidValue for another format or a width that is not whole units.
+cudaError_t LaunchEmbed(int format, const void* table, const int32_t* tokens, int rows, int n_embd, float scale,
+                        float* out, cudaStream_t stream);
+// A rows x k matrix in a GEMV block format, as row-major float16 into `out` (the prompt
+// path's cuBLAS reads quantized weights through this, a matrix at a time, so the GPU keeps
+// no float16 copy of them); cudaErrorInvalidValue for an unknown format or shape.
+cudaError_t LaunchDequantizeToHalf(int format, const void* weights, int rows, int k, __half* out, cudaStream_t stream);
 // out[r] = x[index ? index[r] : r] normalised by its RMS, times weight; into `out` (float)
 // or, when given, `out_half`.
 void LaunchRmsNorm(const float* x, const int32_t* index, const float* weight, int rows, int n, float eps, float* out,

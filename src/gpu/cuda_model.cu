@@ -1,6 +1,6 @@
 // The module's model runtime: weights uploaded once, a device KV pool in the CPU backend's
 // block layout, and a forward pass of own kernels plus cuBLAS. Small passes (at most
-// kGemvPassRows rows) use only own kernels, with the layer norms, q/k/v and gate/up/SwiGLU
+// kGemvPassRows rows, kBlockGemvPassRows for block-format weights) use only own kernels, with the layer norms, q/k/v and gate/up/SwiGLU
 // fused into GEMV launches; decode batches up to kGraphMaxRows rows are captured in a CUDA
 // graph per shape (cuBLAS calls included) and replayed; inputs
 // reach the graph through one fixed device buffer, so a step costs one upload, one graph
@@ -55,7 +55,8 @@ struct Layer {
     Model* model = nullptr;
     int layer = 0;
   } host_call;
-  // Float16 copies of [q; k; v] and [gate; up], each one matrix for cuBLAS.
+  // [q; k; v] and [gate; up] as one float16 matrix each for cuBLAS, where every part is
+  // F16 (the parts then live here); else the prompt path stages them in the weight scratch.
   DeviceBuffer qkv_f16, gate_up_f16;
   Matrix q, k, v, o, gate, up, down;
 };
@@ -67,8 +68,17 @@ struct Model {
   cudaStream_t stream = nullptr;
   cudaStream_t copy_stream = nullptr;
   cublasHandle_t cublas = nullptr;
-  DeviceBuffer token_embd, output_norm, inv_freq, kv_pool, cublas_workspace;
-  Matrix output;
+  DeviceBuffer output_norm, inv_freq, kv_pool, cublas_workspace;
+  Matrix token_embd, output;
+  bool tied_output = false;  // the output matrix is token_embd (one copy on the device)
+  // The most rows a pass runs through the GEMV kernels (kMaxGemvRows at a time) rather than
+  // cuBLAS: kGemvPassRows for F16 models, more where a matrix is in blocks, whose cuBLAS
+  // path first dequantizes it (reading its blocks, writing and reading 2 bytes a weight):
+  // up to 32 rows, four GEMV launches still move fewer bytes than that.
+  int gemv_pass_rows = kGemvPassRows;
+  // Float16 room for the largest block-format matrix (or group of matrices) a prompt's
+  // cuBLAS GEMM reads, dequantized into it just before; the output in chunks of rows.
+  DeviceBuffer weight_scratch;
   std::vector<std::unique_ptr<Layer>> layers;
   KvLayout kv{};
   // Scratch for max_rows rows.
@@ -106,8 +116,8 @@ struct Model {
   }
 
   size_t device_bytes() const {
-    size_t total = token_embd.bytes + output_norm.bytes + inv_freq.bytes + kv_pool.bytes + cublas_workspace.bytes +
-                   output.device_bytes();
+    size_t total = token_embd.device_bytes() + output_norm.bytes + inv_freq.bytes + kv_pool.bytes +
+                   cublas_workspace.bytes + output.device_bytes() + weight_scratch.bytes;
     for (const auto& l : layers) {
       total += l->attn_norm.bytes + l->ffn_norm.bytes + l->q_bias.bytes + l->k_bias.bytes + l->v_bias.bytes +
                l->q_norm.bytes + l->k_norm.bytes + l->post_attn_norm.bytes + l->post_ffn_norm.bytes +
@@ -132,7 +142,7 @@ struct Model {
     const auto& c = desc;
     if (c.n_layers <= 0 || c.n_embd <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 || c.n_ff <= 0 ||
         c.n_vocab <= 0 || c.kv_block_tokens <= 0 || c.kv_blocks <= 0 || c.max_rows <= 0 || c.layers == nullptr ||
-        c.token_embd_f16 == nullptr || c.output_norm == nullptr || c.rope_inv_freq == nullptr || c.n_rope_tables <= 0) {
+        c.output_norm == nullptr || c.rope_inv_freq == nullptr || c.n_rope_tables <= 0) {
       return Invalid("model description has a zero size or a missing tensor");
     }
     if (c.activation != HETERO_CUDA_ACTIVATION_SILU && c.activation != HETERO_CUDA_ACTIVATION_GELU_TANH) {
@@ -156,15 +166,21 @@ struct Model {
     // A workspace of our own, so cuBLAS allocates nothing inside a graph capture.
     HETERO_FAILURE_TRY(cublas_workspace.Allocate(size_t{32} << 20, "cudaMalloc(cuBLAS workspace)"));
     HETERO_CUBLAS_TRY(cublasSetWorkspace(cublas, cublas_workspace.ptr, cublas_workspace.bytes));
-    HETERO_FAILURE_TRY(token_embd.Upload(c.token_embd_f16, static_cast<size_t>(c.n_vocab) * c.n_embd * sizeof(__half),
-                                         "cudaMalloc(token embeddings)"));
+    if (c.token_embd.rows != c.n_vocab || c.token_embd.cols != c.n_embd || c.output.rows != c.n_vocab ||
+        c.output.cols != c.n_embd) {
+      return Invalid("token embeddings or output matrix not n_vocab x n_embd");
+    }
+    HETERO_FAILURE_TRY(token_embd.Upload(c.token_embd, "token embeddings"));
     // The logit scale folded into the final norm's weights: one multiply fewer per logit.
     std::vector<float> scaled_norm(c.output_norm, c.output_norm + c.n_embd);
     for (float& w : scaled_norm) w *= c.logit_scale;
     HETERO_FAILURE_TRY(output_norm.Upload(scaled_norm.data(), c.n_embd * sizeof(float), "cudaMalloc(output norm)"));
     HETERO_FAILURE_TRY(inv_freq.Upload(c.rope_inv_freq, static_cast<size_t>(c.n_rope_tables) * (c.rope_dim / 2) * sizeof(double),
                                        "cudaMalloc(rope)"));
-    HETERO_FAILURE_TRY(output.Upload(c.output, "output"));
+    tied_output = c.output.format == c.token_embd.format &&
+                  (c.output.format == HETERO_CUDA_WEIGHTS_F16 ? c.output.f16 == c.token_embd.f16
+                                                              : c.output.blocks == c.token_embd.blocks);
+    if (!tied_output) HETERO_FAILURE_TRY(output.Upload(c.output, "output"));
     const int qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
     for (int i = 0; i < c.n_layers; ++i) {
       const hetero_cuda_layer& src = c.layers[i];
@@ -203,21 +219,33 @@ struct Model {
           return Invalid("layer " + std::to_string(i) + ": matrix shapes do not match the model description");
         }
       }
-      HETERO_FAILURE_TRY(l->qkv_f16.Allocate(static_cast<size_t>(qd + 2 * kvd) * c.n_embd * sizeof(__half),
-                                             "cudaMalloc(float16 weights)"));
-      __half* qkv = l->qkv_f16.as<__half>();
+      const auto all_f16 = [](std::initializer_list<const hetero_cuda_matrix*> parts) {
+        for (const hetero_cuda_matrix* m : parts) {
+          if (m->format != HETERO_CUDA_WEIGHTS_F16) return false;
+        }
+        return true;
+      };
+      __half* qkv = nullptr;
+      if (all_f16({&src.q, &src.k, &src.v})) {
+        HETERO_FAILURE_TRY(l->qkv_f16.Allocate(static_cast<size_t>(qd + 2 * kvd) * c.n_embd * sizeof(__half),
+                                               "cudaMalloc(float16 weights)"));
+        qkv = l->qkv_f16.as<__half>();
+      }
       HETERO_FAILURE_TRY(l->q.Upload(src.q, "q", qkv));
-      HETERO_FAILURE_TRY(l->k.Upload(src.k, "k", qkv + static_cast<size_t>(qd) * c.n_embd));
-      HETERO_FAILURE_TRY(l->v.Upload(src.v, "v", qkv + static_cast<size_t>(qd + kvd) * c.n_embd));
+      HETERO_FAILURE_TRY(l->k.Upload(src.k, "k", qkv ? qkv + static_cast<size_t>(qd) * c.n_embd : nullptr));
+      HETERO_FAILURE_TRY(l->v.Upload(src.v, "v", qkv ? qkv + static_cast<size_t>(qd + kvd) * c.n_embd : nullptr));
       HETERO_FAILURE_TRY(l->o.Upload(src.o, "o"));
       if (moe) {
         HETERO_FAILURE_TRY(UploadExperts(src, i, *l));
       } else {
-        HETERO_FAILURE_TRY(l->gate_up_f16.Allocate(2 * static_cast<size_t>(c.n_ff) * c.n_embd * sizeof(__half),
-                                                   "cudaMalloc(float16 weights)"));
-        __half* gate_up = l->gate_up_f16.as<__half>();
+        __half* gate_up = nullptr;
+        if (all_f16({&src.gate, &src.up})) {
+          HETERO_FAILURE_TRY(l->gate_up_f16.Allocate(2 * static_cast<size_t>(c.n_ff) * c.n_embd * sizeof(__half),
+                                                     "cudaMalloc(float16 weights)"));
+          gate_up = l->gate_up_f16.as<__half>();
+        }
         HETERO_FAILURE_TRY(l->gate.Upload(src.gate, "gate", gate_up));
-        HETERO_FAILURE_TRY(l->up.Upload(src.up, "up", gate_up + static_cast<size_t>(c.n_ff) * c.n_embd));
+        HETERO_FAILURE_TRY(l->up.Upload(src.up, "up", gate_up ? gate_up + static_cast<size_t>(c.n_ff) * c.n_embd : nullptr));
         HETERO_FAILURE_TRY(l->down.Upload(src.down, "down"));
       }
       layers.push_back(std::move(l));
@@ -243,6 +271,17 @@ struct Model {
     HETERO_FAILURE_TRY(half_in.Allocate(rows * widest * sizeof(__half), "cudaMalloc(scratch)"));
     HETERO_FAILURE_TRY(greedy.Allocate(rows * sizeof(int32_t), "cudaMalloc(greedy tokens)"));
     HETERO_FAILURE_TRY(logits.Allocate(rows * c.n_vocab * sizeof(float), "cudaMalloc(logits)"));
+    bool any_blocks = !output_matrix().is_f16();
+    for (const auto& l : layers) {
+      for (const Matrix* m : {&l->q, &l->k, &l->v, &l->o, &l->gate, &l->up, &l->down}) {
+        any_blocks = any_blocks || (m->format != 0 && !m->is_f16());
+      }
+    }
+    gemv_pass_rows = any_blocks ? kBlockGemvPassRows : kGemvPassRows;
+    // No scratch where every pass takes the GEMV path.
+    if (c.max_rows > gemv_pass_rows) {
+      HETERO_FAILURE_TRY(weight_scratch.Allocate(WeightScratchHalves() * sizeof(__half), "cudaMalloc(weight scratch)"));
+    }
     size_t most_experts = 0, most_used = 0, most_expert_ff = 0, most_shared_ff = 0;
     for (const auto& l : layers) {
       most_experts = std::max<size_t>(most_experts, l->n_experts);
@@ -328,9 +367,9 @@ struct Model {
     HETERO_CUDA_TRY(cudaStreamSynchronize(stream));
     l.host_call = {this, i};
     if (held > 0) {
-      HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate", nullptr, /*gemv_only=*/true));
-      HETERO_FAILURE_TRY(l.expert_up.Upload(src.expert_up, "expert up", nullptr, /*gemv_only=*/true));
-      HETERO_FAILURE_TRY(l.expert_down.Upload(src.expert_down, "expert down", nullptr, /*gemv_only=*/true));
+      HETERO_FAILURE_TRY(l.expert_gate.Upload(src.expert_gate, "expert gate"));
+      HETERO_FAILURE_TRY(l.expert_up.Upload(src.expert_up, "expert up"));
+      HETERO_FAILURE_TRY(l.expert_down.Upload(src.expert_down, "expert down"));
     }
     if (src.shared_gate_input == nullptr) return {};
     if (src.shared_n_ff <= 0 || src.shared_gate.rows != src.shared_n_ff || src.shared_gate.cols != c.n_embd ||
@@ -340,9 +379,9 @@ struct Model {
     }
     l.shared_n_ff = src.shared_n_ff;
     HETERO_FAILURE_TRY(l.shared_gate_input.Upload(src.shared_gate_input, c.n_embd * sizeof(float), "cudaMalloc(shared gate)"));
-    HETERO_FAILURE_TRY(l.shared_gate.Upload(src.shared_gate, "shared gate", nullptr, /*gemv_only=*/true));
-    HETERO_FAILURE_TRY(l.shared_up.Upload(src.shared_up, "shared up", nullptr, /*gemv_only=*/true));
-    HETERO_FAILURE_TRY(l.shared_down.Upload(src.shared_down, "shared down", nullptr, /*gemv_only=*/true));
+    HETERO_FAILURE_TRY(l.shared_gate.Upload(src.shared_gate, "shared gate"));
+    HETERO_FAILURE_TRY(l.shared_up.Upload(src.shared_up, "shared up"));
+    HETERO_FAILURE_TRY(l.shared_down.Upload(src.shared_down, "shared down"));
     return {};
   }
 
@@ -441,8 +480,26 @@ struct Model {
     float* out;
     int ld;
   };
+  // Passes of more rows than one launch takes (block-format models run passes of up to
+  // kBlockGemvPassRows rows here) go kMaxGemvRows rows at a time.
   Failure Gemv(std::initializer_list<Target> mats, const float* in, int rows, bool accumulate, const float* norm,
                bool swiglu = false) {
+    const int n = static_cast<int>(mats.size());
+    if (n < 1 || n > 3) return Invalid("GEMV of 1 to 3 matrices");
+    const int k = mats.begin()->m->cols;
+    for (int r0 = 0; r0 < rows; r0 += kMaxGemvRows) {
+      Target chunk[3];
+      int i = 0;
+      for (const Target& t : mats) chunk[i++] = {t.m, t.out != nullptr ? t.out + static_cast<size_t>(r0) * t.ld : nullptr, t.ld};
+      HETERO_FAILURE_TRY(GemvRows(chunk, n, in + static_cast<size_t>(r0) * k, std::min(kMaxGemvRows, rows - r0),
+                                  accumulate, norm, swiglu));
+    }
+    return {};
+  }
+
+  // At most kMaxGemvRows rows.
+  Failure GemvRows(const Target* mats, int n, const float* in, int rows, bool accumulate, const float* norm,
+                   bool swiglu) {
     GemvLaunch launch;
     launch.x = in;
     launch.rows = rows;
@@ -451,11 +508,12 @@ struct Model {
     launch.swiglu = swiglu;
     launch.gelu = desc.activation == HETERO_CUDA_ACTIVATION_GELU_TANH;
     bool same = true;
-    for (const Target& t : mats) same = same && t.m->format == mats.begin()->m->format;
+    for (int i = 0; i < n; ++i) same = same && mats[i].m->format == mats[0].m->format;
     if (same) {
-      launch.format = mats.begin()->m->format;
-      launch.k = mats.begin()->m->cols;
-      for (const Target& t : mats) {
+      launch.format = mats[0].m->format;
+      launch.k = mats[0].m->cols;
+      for (int i = 0; i < n; ++i) {
+        const Target& t = mats[i];
         launch.segments[launch.n_segments++] =
             GemvSegment{t.m->gemv_weights(), t.out, t.m->rows, t.ld, accumulate, desc.residual_scale};
       }
@@ -463,15 +521,16 @@ struct Model {
       return {};
     }
     if (swiglu) {  // mixed formats: gate and up side by side, then the product, then back to float
-      const Target& g = *mats.begin();
-      const Target& u = *(mats.begin() + 1);
+      const Target& g = mats[0];
+      const Target& u = mats[1];
       const int n_ff = g.m->rows;
-      HETERO_FAILURE_TRY(Gemv({{g.m, gate_up.as<float>(), 2 * n_ff}}, in, rows, false, norm));
-      HETERO_FAILURE_TRY(Gemv({{u.m, gate_up.as<float>() + n_ff, 2 * n_ff}}, in, rows, false, norm));
+      const Target gate_part{g.m, gate_up.as<float>(), 2 * n_ff}, up_part{u.m, gate_up.as<float>() + n_ff, 2 * n_ff};
+      HETERO_FAILURE_TRY(GemvRows(&gate_part, 1, in, rows, false, norm, false));
+      HETERO_FAILURE_TRY(GemvRows(&up_part, 1, in, rows, false, norm, false));
       LaunchGatedActivation(gate_up.as<float>(), rows, n_ff, launch.gelu, g.out, nullptr, stream);
       return {};
     }
-    for (const Target& t : mats) HETERO_FAILURE_TRY(Gemv({t}, in, rows, accumulate, norm));
+    for (int i = 0; i < n; ++i) HETERO_FAILURE_TRY(GemvRows(&mats[i], 1, in, rows, accumulate, norm, false));
     return {};
   }
 
@@ -486,13 +545,98 @@ struct Model {
     return {};
   }
 
+  const Matrix& output_matrix() const { return tied_output ? token_embd : output; }
+
+  // The weight scratch's size: the largest matrix group a prompt GEMM stages there (those
+  // with a block-format part), and for a block-format output at least 16 Mi elements of it
+  // (fewer, larger GEMMs over its rows), at most all of it.
+  size_t WeightScratchHalves() const {
+    size_t most = 0;
+    const auto staged = [&](std::initializer_list<const Matrix*> parts, const DeviceBuffer& fused) {
+      if (fused.ptr != nullptr || (parts.size() == 1 && (*parts.begin())->is_f16())) return;
+      size_t n = 0;
+      for (const Matrix* m : parts) n += m->elements();
+      most = std::max(most, n);
+    };
+    const DeviceBuffer none;
+    for (const auto& l : layers) {
+      staged({&l->q, &l->k, &l->v}, l->qkv_f16);
+      staged({&l->o}, none);
+      if (l->n_experts > 0) continue;
+      staged({&l->gate, &l->up}, l->gate_up_f16);
+      staged({&l->down}, none);
+    }
+    const Matrix& out = output_matrix();
+    if (!out.is_f16()) most = std::max(most, std::min(out.elements(), std::max<size_t>(most, size_t{16} << 20)));
+    return most;
+  }
+
+  // Rows [first, first + count) of `m` as row-major float16 at `dst`, on the stream.
+  Failure StageHalf(const Matrix& m, int first, int count, __half* dst) {
+    if (m.is_f16()) {
+      HETERO_CUDA_TRY(cudaMemcpyAsync(dst, m.f16 + static_cast<size_t>(first) * m.cols,
+                                      static_cast<size_t>(count) * m.cols * sizeof(__half), cudaMemcpyDeviceToDevice,
+                                      stream));
+      return {};
+    }
+    const BlockGeometry g = GemvBlock(m.format);
+    const uint8_t* at = m.blocks.as<uint8_t>() + static_cast<size_t>(first) * (m.cols / g.elements) * g.bytes;
+    HETERO_CUDA_TRY(LaunchDequantizeToHalf(m.format, at, count, m.cols, dst, stream));
+    return {};
+  }
+
+  // The float16 weights of `parts` stacked row after row, for one cuBLAS GEMM: the layer's
+  // fused buffer, an F16 matrix itself, or the parts staged in the weight scratch.
+  Failure PromptWeights(std::initializer_list<const Matrix*> parts, const DeviceBuffer& fused, const __half** w) {
+    if (fused.ptr != nullptr) {
+      *w = fused.as<__half>();
+      return {};
+    }
+    if (parts.size() == 1 && (*parts.begin())->is_f16()) {
+      *w = (*parts.begin())->f16;
+      return {};
+    }
+    __half* dst = weight_scratch.as<__half>();
+    size_t at = 0;
+    for (const Matrix* m : parts) {
+      if ((at + m->elements()) * sizeof(__half) > weight_scratch.bytes) return Invalid("weight scratch too small");
+      HETERO_FAILURE_TRY(StageHalf(*m, 0, m->rows, dst + at));
+      at += m->elements();
+    }
+    *w = dst;
+    return {};
+  }
+
+  // out = in W^T over `rows` float16 rows for one matrix (accumulating as MatMul does).
+  Failure PromptMatMul(const Matrix& m, const __half* in, int rows, float* out, int ldc, bool accumulate) {
+    const __half* w = nullptr;
+    HETERO_FAILURE_TRY(PromptWeights({&m}, DeviceBuffer{}, &w));
+    return MatMul(w, m.rows, m.cols, in, rows, out, ldc, accumulate);
+  }
+
+  // The logits of `rows` float16 rows: a block-format output a chunk of its rows at a time.
+  Failure OutputMatMul(const __half* in, int rows, float* logits_out) {
+    const Matrix& m = output_matrix();
+    if (m.is_f16()) return MatMul(m.f16, m.rows, m.cols, in, rows, logits_out, m.rows, false);
+    const size_t fit = weight_scratch.bytes / sizeof(__half) / m.cols;
+    if (fit == 0) return Invalid("weight scratch too small for an output row");
+    const int chunk = static_cast<int>(std::min<size_t>(fit, m.rows));
+    __half* w = weight_scratch.as<__half>();
+    for (int first = 0; first < m.rows; first += chunk) {
+      const int count = std::min(chunk, m.rows - first);
+      HETERO_FAILURE_TRY(StageHalf(m, first, count, w));
+      HETERO_FAILURE_TRY(MatMul(w, count, m.cols, in, rows, logits_out + first, m.rows, false));
+    }
+    return {};
+  }
+
   // Every kernel of one pass, on `stream` (captured into a graph for decode shapes).
   Failure Enqueue(int n_rows, int n_logit_rows, int table_stride) {
     const auto& c = desc;
     RowMap map{input_at(0), input_at(1), input_at(2), input_at(4), table_stride};
     const int32_t* logit_index = input_at(3);
     RopeArgs rope{c.n_heads, c.n_kv_heads, c.head_dim, c.rope_dim, c.rope_neox != 0, nullptr, c.rope_attn_factor};
-    const bool gemv = n_rows <= kGemvPassRows;
+    const bool gemv = n_rows <= gemv_pass_rows;
     const int qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim, qkv_stride = qd + 2 * kvd;
     float* xs = x.as<float>();
     float* q = qkv.as<float>();
@@ -500,7 +644,8 @@ struct Model {
     // A block's output goes straight into the residual stream (GEMV and GEMM accumulate,
     // residual scale included) unless the layer norms it first: then through `block_out`.
     float* block_out = h.as<float>();
-    LaunchEmbed(token_embd.as<__half>(), map.tokens, n_rows, c.n_embd, c.embedding_scale, xs, stream);
+    HETERO_CUDA_TRY(LaunchEmbed(token_embd.format, token_embd.gemv_weights(), map.tokens, n_rows, c.n_embd,
+                                c.embedding_scale, xs, stream));
     for (int i = 0; i < c.n_layers; ++i) {
       Layer& l = *layers[i];
       rope.inv_freq = inv_freq.as<double>() + static_cast<size_t>(l.rope_table) * (c.rope_dim / 2);
@@ -510,7 +655,9 @@ struct Model {
                                 xs, n_rows, false, l.attn_norm.as<float>()));
       } else {
         LaunchRmsNorm(xs, nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.qkv_f16.as<__half>(), qkv_stride, c.n_embd, h16, n_rows, q, qkv_stride, false));
+        const __half* w = nullptr;
+        HETERO_FAILURE_TRY(PromptWeights({&l.q, &l.k, &l.v}, l.qkv_f16, &w));
+        HETERO_FAILURE_TRY(MatMul(w, qkv_stride, c.n_embd, h16, n_rows, q, qkv_stride, false));
       }
       QkvSteps steps;
       steps.q_bias = l.q_bias.as<float>();
@@ -528,7 +675,7 @@ struct Model {
         HETERO_FAILURE_TRY(Gemv({{&l.o, post_attn ? block_out : xs, c.n_embd}}, att.as<float>(), n_rows, !post_attn, nullptr));
       } else {
         LaunchToHalf(att.as<float>(), static_cast<size_t>(n_rows) * qd, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.o.f16, c.n_embd, qd, h16, n_rows, post_attn ? block_out : xs, c.n_embd, !post_attn));
+        HETERO_FAILURE_TRY(PromptMatMul(l.o, h16, n_rows, post_attn ? block_out : xs, c.n_embd, !post_attn));
       }
       if (post_attn) {
         LaunchAddToResidual(xs, block_out, l.post_attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps,
@@ -544,25 +691,27 @@ struct Model {
         HETERO_FAILURE_TRY(Gemv({{&l.down, ffn_out, c.n_embd}}, ffn.as<float>(), n_rows, !post_ffn, nullptr));
       } else {
         LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.gate_up_f16.as<__half>(), 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(),
-                                  2 * c.n_ff, false));
+        const __half* w = nullptr;
+        HETERO_FAILURE_TRY(PromptWeights({&l.gate, &l.up}, l.gate_up_f16, &w));
+        HETERO_FAILURE_TRY(MatMul(w, 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(), 2 * c.n_ff, false));
         LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH,
                               nullptr, h16, stream);
-        HETERO_FAILURE_TRY(MatMul(l.down.f16, c.n_embd, c.n_ff, h16, n_rows, ffn_out, c.n_embd, !post_ffn));
+        HETERO_FAILURE_TRY(PromptMatMul(l.down, h16, n_rows, ffn_out, c.n_embd, !post_ffn));
       }
       if (post_ffn) {
         LaunchAddToResidual(xs, block_out, l.post_ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, c.residual_scale,
                             stream);
       }
     }
-    if (n_logit_rows <= kGemvPassRows) {
+    if (n_logit_rows <= gemv_pass_rows) {
       LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, h.as<float>(),
                     nullptr, stream);
-      HETERO_FAILURE_TRY(Gemv({{&output, logits.as<float>(), c.n_vocab}}, h.as<float>(), n_logit_rows, false, nullptr));
+      HETERO_FAILURE_TRY(
+          Gemv({{&output_matrix(), logits.as<float>(), c.n_vocab}}, h.as<float>(), n_logit_rows, false, nullptr));
     } else {
       LaunchRmsNorm(xs, logit_index, output_norm.as<float>(), n_logit_rows, c.n_embd, c.rms_norm_eps, nullptr, h16,
                     stream);
-      HETERO_FAILURE_TRY(MatMul(output.f16, c.n_vocab, c.n_embd, h16, n_logit_rows, logits.as<float>(), c.n_vocab, false));
+      HETERO_FAILURE_TRY(OutputMatMul(h16, n_logit_rows, logits.as<float>()));
     }
     HETERO_CUDA_TRY(cudaGetLastError());
     return {};

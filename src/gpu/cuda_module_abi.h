@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define HETERO_CUDA_MODULE_ABI_VERSION 8
+#define HETERO_CUDA_MODULE_ABI_VERSION 9
 
 /* Outcome of a probe. */
 enum {
@@ -46,7 +46,8 @@ typedef void (*hetero_cuda_module_probe_fn)(hetero_cuda_probe_result* result,
 #define HETERO_CUDA_MODULE_PROBE_SYMBOL "hetero_cuda_module_probe"
 
 /* ---- The model runtime (ABI 3; 4 added the K formats, 5 mixtures of experts, 6 experts
- * evaluated on the host: the steps of the shared model definition,
+ * evaluated on the host, 7 expert counts, 8 Q2_K/Q3_K/IQ4_NL/IQ4_XS blocks, 9 no float16
+ * copy of a block-format matrix or of the embeddings: the steps of the shared model definition,
  * src/runtime/models/model_definition.h, each present or absent per layer). libhetero prepares every tensor on the host (it owns the
  * GGUF reader and the dequantizers) and the module uploads them once. Sequences and their
  * KV block tables live in libhetero; the module owns the device KV pool, whose blocks have
@@ -62,9 +63,10 @@ enum {
 };
 
 /* Weight formats the module reads. Quantized blocks are used as stored in GGUF (ggml type
- * ids); every matrix also comes as float16 for the cuBLAS prompt path. */
+ * ids) and are a matrix's only copy; the module dequantizes them itself where cuBLAS needs
+ * float16. */
 enum {
-  HETERO_CUDA_WEIGHTS_F16 = 1, /* only the float16 copy */
+  HETERO_CUDA_WEIGHTS_F16 = 1, /* float16 weights (any format libhetero converts) */
   HETERO_CUDA_WEIGHTS_Q4_0 = 2,
   HETERO_CUDA_WEIGHTS_Q4_1 = 3,
   HETERO_CUDA_WEIGHTS_Q5_0 = 6,
@@ -85,7 +87,10 @@ typedef struct hetero_cuda_matrix {
   int32_t cols;          /* inputs, a multiple of 32 (of 256 for the K formats) */
   const void* blocks;    /* quantized blocks, rows * row_bytes (NULL for F16) */
   uint64_t blocks_bytes;
-  const uint16_t* f16;   /* rows x cols float16, row-major */
+  /* rows x cols float16, row-major: an F16 matrix's weights. Ignored for a block format,
+   * whose blocks are the only copy (prompts' cuBLAS GEMMs read them dequantized a matrix
+   * at a time into device scratch). */
+  const uint16_t* f16;
 } hetero_cuda_matrix;
 
 /* FFN activations: the gate's activation times up. */
@@ -118,7 +123,7 @@ typedef struct hetero_cuda_layer {
    * normalize_expert_weights), their outputs summed with those weights. Each kind of expert
    * matrix is stacked, expert e's rows after expert e-1's, as GGUF's 3-D tensors store them:
    * expert_gate/expert_up n_experts * expert_n_ff rows of n_embd, expert_down n_experts *
-   * n_embd rows of expert_n_ff. Their float16 copies may be NULL for the block formats.
+   * n_embd rows of expert_n_ff.
    * expert_slot (n_experts entries; NULL: every expert, in order) says where each expert's
    * rows are in the stacked matrices, which then hold only the experts with a slot (0 rows
    * when none has one); an expert of slot -1 is evaluated by the model's host_experts. */
@@ -160,8 +165,10 @@ typedef struct hetero_cuda_model_desc {
   int32_t kv_blocks;      /* device KV pool size in blocks */
   int32_t max_rows;       /* most tokens in one forward pass */
   int32_t device;         /* CUDA device index */
-  const uint16_t* token_embd_f16; /* n_vocab x n_embd */
+  hetero_cuda_matrix token_embd; /* n_vocab rows of n_embd, in any format above */
   const float* output_norm;
+  /* n_vocab x n_embd; with the same format, shape and data pointer as token_embd (a tied
+   * output) the module holds the one copy. */
   hetero_cuda_matrix output;
   const hetero_cuda_layer* layers; /* n_layers */
   hetero_cuda_host_experts_fn host_experts; /* required when an expert_slot has a -1 */

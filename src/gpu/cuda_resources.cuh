@@ -137,15 +137,14 @@ struct Matrix {
   int format = 0;
   int rows = 0, cols = 0;
   DeviceBuffer blocks;    // quantized blocks (none for F16)
-  DeviceBuffer own_f16;   // the float16 copy, unless it lives in a layer's fused buffer
-  const __half* f16 = nullptr;
+  DeviceBuffer own_f16;   // an F16 matrix's weights, unless they live in a layer's fused buffer
+  const __half* f16 = nullptr;  // an F16 matrix's weights (null for a block format)
 
-  // Uploads `m`, its float16 copy to `f16_dest` when given (room for rows x cols). With
-  // `gemv_only` (expert matrices: no cuBLAS path) a block format's float16 copy is not kept.
-  Failure Upload(const hetero_cuda_matrix& m, const char* name, __half* f16_dest = nullptr, bool gemv_only = false) {
-    if (m.rows <= 0 || m.cols <= 0 || m.cols % 32 != 0 ||
-        (m.f16 == nullptr && (!gemv_only || m.format == HETERO_CUDA_WEIGHTS_F16))) {
-      return Invalid(std::string("matrix ") + name + ": bad shape or no float16 copy");
+  // Uploads `m`: a block format's blocks (its float16 field is ignored), or an F16 matrix's
+  // weights, to `f16_dest` when given (room for rows x cols).
+  Failure Upload(const hetero_cuda_matrix& m, const char* name, __half* f16_dest = nullptr) {
+    if (m.rows <= 0 || m.cols <= 0 || m.cols % 32 != 0 || (m.format == HETERO_CUDA_WEIGHTS_F16 && m.f16 == nullptr)) {
+      return Invalid(std::string("matrix ") + name + ": bad shape or no float16 weights");
     }
     const BlockGeometry block = GemvBlock(m.format);
     if (block.bytes == 0) {
@@ -162,9 +161,8 @@ struct Matrix {
       if (m.blocks == nullptr || m.blocks_bytes != expected) {
         return Invalid(std::string("matrix ") + name + ": block data size does not match its shape");
       }
-      HETERO_FAILURE_TRY(blocks.Upload(m.blocks, expected, "cudaMalloc(weight blocks)"));
+      return blocks.Upload(m.blocks, expected, "cudaMalloc(weight blocks)");
     }
-    if (gemv_only && format != HETERO_CUDA_WEIGHTS_F16) return {};
     const size_t bytes = static_cast<size_t>(rows) * cols * sizeof(__half);
     if (f16_dest != nullptr) {
       HETERO_CUDA_TRY(cudaMemcpy(f16_dest, m.f16, bytes, cudaMemcpyHostToDevice));
@@ -175,6 +173,8 @@ struct Matrix {
     f16 = own_f16.as<__half>();
     return {};
   }
+  bool is_f16() const { return format == HETERO_CUDA_WEIGHTS_F16; }
+  size_t elements() const { return static_cast<size_t>(rows) * cols; }
   const void* gemv_weights() const { return format == HETERO_CUDA_WEIGHTS_F16 ? static_cast<const void*>(f16) : blocks.ptr; }
   size_t device_bytes() const { return blocks.bytes + own_f16.bytes; }
 };

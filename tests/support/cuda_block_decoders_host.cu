@@ -21,4 +21,19 @@ bool CudaDecodeUnit(int format, const void* weights, int row, int k, int unit, f
   return gpu::WithGemvFormat(format, [&](auto f) { gpu::LoadUnit<decltype(f)::value>(weights, row, k, unit, w); });
 }
 
+bool CudaDequantizeToHalf(int format, const void* weights, int rows, int k, uint16_t* out) {
+  return gpu::WithGemvFormat(format, [&](auto f) {
+    const size_t units = static_cast<size_t>(rows) * (k / 16);
+    for (size_t i = 0; i < units; ++i) {
+      gpu::DequantizeUnitToHalf<decltype(f)::value>(weights, k, i, reinterpret_cast<__half*>(out));
+    }
+  });
+}
+
+bool CudaEmbedRow(int format, const void* table, int n_embd, int token, float scale, float* out) {
+  return gpu::WithGemvFormat(format, [&](auto f) {
+    for (int unit = 0; unit < n_embd / 16; ++unit) gpu::EmbedUnit<decltype(f)::value>(table, n_embd, token, unit, scale, out);
+  });
+}
+
 }  // namespace hetero::testing

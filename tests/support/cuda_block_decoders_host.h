@@ -4,6 +4,7 @@
 #ifndef HETERO_TESTS_SUPPORT_CUDA_BLOCK_DECODERS_HOST_H_
 #define HETERO_TESTS_SUPPORT_CUDA_BLOCK_DECODERS_HOST_H_
 
+#include <cstdint>
 #include <vector>
 
 namespace hetero::testing {
@@ -21,6 +22,14 @@ CudaBlockGeometry CudaGemvBlock(int format);
 // row-major matrix of `k` columns in `format`, as the GEMV kernels decode them; false for a
 // format they do not read.
 bool CudaDecodeUnit(int format, const void* weights, int row, int k, int unit, float* w);
+
+// The prompt path's dequantize kernel's body over every unit of a rows x k matrix: the
+// matrix as row-major float16 bits into `out` (rows x k); false for an unknown format.
+bool CudaDequantizeToHalf(int format, const void* weights, int rows, int k, uint16_t* out);
+
+// The embedding kernel's body over every unit of row `token` of an n_vocab x n_embd table:
+// that row times `scale` into `out` (n_embd floats); false for an unknown format.
+bool CudaEmbedRow(int format, const void* table, int n_embd, int token, float scale, float* out);
 
 }  // namespace hetero::testing
 
