@@ -1,7 +1,11 @@
 // Sampling: greedy, temperature distribution against the softmax it should follow, top-k,
 // top-p, min-p, penalties, determinism under a seed, and parameter validation.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -132,6 +136,39 @@ TEST(SamplerTest, RejectsBadParameters) {
   EXPECT_THAT(with([](SamplingParams& p) { p.repetition_penalty = 0; }),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("repetition_penalty")));
   EXPECT_THAT(with([](SamplingParams& p) { p.penalty_window = -1; }), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// GreedyToken is std::max_element's index on every input: random logits of awkward sizes
+// (around the 16 lanes), ties (the first wins), -0 against +0, infinities, NaNs first, in
+// the middle and everywhere, and no logits at all.
+TEST(GreedyTokenTest, IsTheIndexStdMaxElementReturns) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(GreedyToken({}), 0);
+  for (size_t n : {1, 2, 15, 16, 17, 31, 33, 100, 4099, 262144}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(n);
+      for (float& v : x) {
+        switch (trial % 5 == 4 ? pick(rng) : 9) {  // every fifth trial full of special values
+          case 0: v = nan; break;
+          case 1: v = -inf; break;
+          case 2: v = inf; break;
+          case 3: v = -0.0f; break;
+          case 4: v = 0.0f; break;
+          case 5: v = 1.5f; break;  // ties
+          default: v = normal(rng);
+        }
+      }
+      if (trial % 7 == 1) x[0] = nan;
+      if (trial % 7 == 2) std::fill(x.begin(), x.end(), nan);
+      if (trial % 7 == 3) std::fill(x.begin(), x.end(), -inf);
+      if (trial % 7 == 4 && n > 3) x[n - 1] = x[n / 2] = 1e30f;  // a tie at the top: the first
+      const int32_t expected = static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+      ASSERT_EQ(GreedyToken(x), expected) << "n " << n << ", trial " << trial;
+    }
+  }
 }
 
 }  // namespace

@@ -76,11 +76,32 @@ void Sampler::ApplyPenalties(absl::Span<float> logits, absl::Span<const int32_t>
   }
 }
 
+int32_t GreedyToken(absl::Span<const float> logits) {
+  const size_t n = logits.size();
+  const float* x = logits.data();
+  if (n == 0 || std::isnan(x[0])) return 0;  // std::max_element keeps a first NaN
+  // Sixteen running maxima (independent, so the loop vectorises), then the first index
+  // holding the largest. Later NaNs never compare larger, as in std::max_element.
+  constexpr size_t kLanes = 16;
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, kLowest);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = lane[j] < x[i + j] ? x[i + j] : lane[j];
+  }
+  float best = kLowest;
+  for (size_t j = 0; j < kLanes; ++j) best = best < lane[j] ? lane[j] : best;
+  for (; i < n; ++i) best = best < x[i] ? x[i] : best;
+  for (size_t k = 0; k < n; ++k) {
+    if (x[k] == best) return static_cast<int32_t>(k);
+  }
+  return 0;
+}
+
 int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> history) {
   ApplyPenalties(logits, history);
-  if (params_.temperature == 0.0f) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  if (params_.temperature == 0.0f) return GreedyToken(logits);
   // Candidates: every token with a finite logit (constrained decoding masks with -inf).
   candidates_.clear();
   float max_logit = -std::numeric_limits<float>::infinity();
