@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "src/cpu/cpu_features.h"
+#include "src/cpu/linear.h"
 #include "src/cpu/quant_matmul.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
@@ -199,6 +200,40 @@ TEST(QuantMatmulTest, PackingReportsTheSourceRowsItCopiedInOrder) {
       next = reports[i].first + reports[i].second;
     }
     EXPECT_EQ(next, blocks.data() + static_cast<size_t>(w.packed_rows) * w.row_bytes);
+  }
+}
+
+// MakeQuantLinear tells its caller of the file bytes no kernel reads (the caller drops
+// those pages): as packing copies them, then the whole tensor, where only the packed copy
+// is read; nothing at all where a kernel reads the file's blocks (the bf16 prompt path from
+// 8 rows, or no packed copy on this CPU).
+TEST(QuantMatmulTest, QuantLinearReleasesOnlyTheSourceNoKernelReads) {
+  std::mt19937 rng(12);
+  const int n = 16 * 150, k = 4096;  // 10.4 MB of Q8_0, no rows past the last group
+  std::vector<uint8_t> blocks(static_cast<size_t>(n) * (k / 32) * 34);
+  for (uint8_t& b : blocks) b = static_cast<uint8_t>(rng());
+  const GgufTensorInfo tensor{"w", {k, n}, TensorType::kQ8_0, 0, static_cast<uint64_t>(n) * k, blocks.size(), 0,
+                              absl::MakeConstSpan(blocks)};
+  const LinearContext ctx;
+  for (const int bf16_min_rows : {kNeverBf16, 8}) {
+    SCOPED_TRACE(bf16_min_rows);
+    std::vector<std::pair<const uint8_t*, size_t>> reports;
+    absl::StatusOr<std::unique_ptr<Linear>> linear = MakeQuantLinear(
+        ctx, tensor, bf16_min_rows, [&](const uint8_t* begin, size_t bytes) { reports.emplace_back(begin, bytes); });
+    if (!linear.ok() && bf16_min_rows != kNeverBf16) continue;  // no bf16 matmul in oneDNN on this CPU
+    ASSERT_TRUE(linear.ok()) << linear.status();
+    if ((*linear)->reads_source_weights()) {
+      EXPECT_TRUE(reports.empty());
+      continue;
+    }
+    ASSERT_GE(reports.size(), 3u);  // two or more stretches while packing, then the whole
+    EXPECT_EQ(reports.back(), std::make_pair(static_cast<const uint8_t*>(blocks.data()), blocks.size()));
+    const uint8_t* next = blocks.data();
+    for (size_t i = 0; i + 1 < reports.size(); ++i) {
+      EXPECT_EQ(reports[i].first, next) << "report " << i;
+      next = reports[i].first + reports[i].second;
+    }
+    EXPECT_EQ(next, blocks.data() + blocks.size());
   }
 }
 

@@ -16,6 +16,7 @@
 #include "src/gpu/cuda_module_loader.h"
 #include "src/runtime/expert_usage.h"
 #include "src/runtime/model_impl.h"
+#include "src/runtime/sampler.h"
 #include "src/runtime/status_macros.h"
 
 namespace hetero {
@@ -128,7 +129,7 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
         std::vector<int32_t> start(8);
         for (int32_t& t : start) t = static_cast<int32_t>(rng() % V);
         s = b.Prefill(*seq, start, absl::MakeSpan(logits));
-        tokens[i] = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        tokens[i] = GreedyToken(logits);
       }
       const auto start = SteadyClock::now();
       std::vector<int32_t> next(batch);

@@ -72,20 +72,15 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
         // (oneDNN has no bf16 matmul at all below AVX-512).
         const bool bf16_prompts = !QuantMatmulUsesAvx512() && bf16_cpu;
         const int min_rows = options_.bf16_min_rows > 0 ? options_.bf16_min_rows : (bf16_prompts ? 8 : kNeverBf16);
-        // Where the packed copy is all the kernels read, the file's pages of this matrix
-        // leave our resident set (MappedFile::AdviseUnneeded) as packing goes, a few MiB at
-        // a time, so the file's bytes and the packed copy are never both held. A tied
-        // embedding table too: a token's lookup reads its row back from the file, one page,
-        // so only the rows of tokens seen return. (Gemma 3 270M's table is 70% of its file:
-        // dropped only after packing, the load peaked at the file plus the table's copy.)
+        // The file's pages no kernel reads leave our resident set (MappedFile::AdviseUnneeded)
+        // as packing goes, a few MiB at a time, so the file's bytes and the packed copy are
+        // never both held. A tied embedding table too: a token's lookup reads its row back
+        // from the file, one page, so only the rows of tokens seen return. (Gemma 3 270M's
+        // table is 70% of its file: dropped only after packing, the load peaked at the file
+        // plus the table's copy.)
         const GgufFile* file = model_.impl().gguf.get();
-        QuantizedWeights::PackedSourceFn drop_packed;
-        if (min_rows == kNeverBf16 && QuantMatmulUsesAvx512()) {
-          drop_packed = [file](const uint8_t* begin, size_t bytes) { file->AdviseUnneeded({begin, bytes}); };
-        }
-        HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Linear> linear, MakeQuantLinear(dnnl_, tensor, min_rows, drop_packed));
-        if (!linear->reads_source_weights()) file->AdviseUnneeded(tensor.data);
-        return linear;
+        return MakeQuantLinear(dnnl_, tensor, min_rows,
+                               [file](const uint8_t* begin, size_t bytes) { file->AdviseUnneeded({begin, bytes}); });
       }
       return MakeOneDnnLinear(dnnl_, tensor, bf16_cpu ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
   }

@@ -69,6 +69,10 @@ class OneDnnLinear : public Linear {
   memory weights_;
 };
 
+// Whether QuantLinear's kernels read the file's blocks of the packed rows too: the bf16
+// prompt path dequantizes them, and below AVX-512 no kernel reads a packed copy.
+bool ReadsPackedRowsFromSource(int bf16_min_rows) { return bf16_min_rows != kNeverBf16 || !QuantMatmulUsesAvx512(); }
+
 class QuantLinear : public Linear {
  public:
   QuantLinear(const LinearContext& ctx, QuantizedWeights weights, int bf16_min_rows, dnnl::matmul bf16_primitive)
@@ -104,7 +108,7 @@ class QuantLinear : public Linear {
     return weights_.offsets.size() * sizeof(float) + weights_.packed.size() * sizeof(CacheLine);
   }
   bool reads_source_weights() const override {
-    return bf16_min_rows_ != kNeverBf16 || !QuantMatmulUsesAvx512() || weights_.packed_rows < n_;
+    return ReadsPackedRowsFromSource(bf16_min_rows_) || weights_.packed_rows < n_;
   }
   const QuantizedWeights* IntegerPath(int m, const LinearScratch& scratch) const override {
     return m < bf16_min_rows_ || scratch.decode ? &weights_ : nullptr;
@@ -161,7 +165,7 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ct
 
 absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
                                                         int bf16_min_rows,
-                                                        const QuantizedWeights::PackedSourceFn& packed_source) {
+                                                        const QuantizedWeights::PackedSourceFn& release_source) {
   if (!QuantizedWeights::Supports(tensor.type)) {
     return absl::InvalidArgumentError(absl::StrCat("no native kernel for ", TensorTypeName(tensor.type)));
   }
@@ -173,8 +177,14 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx
     if (bf16_min_rows != kNeverBf16) {
       bf16_primitive = dnnl::matmul(MatmulDesc(ctx.engine, n, k, Type::bf16, memory::desc({k, n}, Type::bf16, Tag::ba)));
     }
-    return std::unique_ptr<Linear>(new QuantLinear(ctx, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data(), packed_source),
-                                                   bf16_min_rows, std::move(bf16_primitive)));
+    // Packing reports the source rows it copied only where no kernel reads them again.
+    const QuantizedWeights::PackedSourceFn none;
+    const QuantizedWeights::PackedSourceFn& while_packing = ReadsPackedRowsFromSource(bf16_min_rows) ? none : release_source;
+    auto linear = std::unique_ptr<Linear>(new QuantLinear(
+        ctx, QuantizedWeights::FromBlocks(tensor.type, n, k, tensor.data.data(), while_packing), bf16_min_rows,
+        std::move(bf16_primitive)));
+    if (release_source && !linear->reads_source_weights()) release_source(tensor.data.data(), tensor.data.size());
+    return linear;
   } catch (const dnnl::error& e) {
     return DnnlError(e, absl::StrCat("preparing '", PrintableName(tensor.name), "'"));
   }

@@ -88,11 +88,13 @@ absl::StatusOr<std::unique_ptr<Linear>> MakeOneDnnLinear(const LinearContext& ct
 
 // Weights kept in native blocks (QuantizedWeights::Supports(type) must hold). Calls with
 // at least `bf16_min_rows` rows (kNeverBf16: none) take the dequantize-to-bf16 + oneDNN path.
-// `packed_source` is told of the source blocks packing has copied (QuantizedWeights).
+// `release_source`, when given, is told of the tensor's file bytes no kernel will read: as
+// packing copies them (QuantizedWeights::PackedSourceFn), and the whole tensor once built
+// where only the packed copy is read; the caller may then drop those pages.
 inline constexpr int kNeverBf16 = 1 << 30;
 absl::StatusOr<std::unique_ptr<Linear>> MakeQuantLinear(const LinearContext& ctx, const GgufTensorInfo& tensor,
                                                         int bf16_min_rows,
-                                                        const QuantizedWeights::PackedSourceFn& packed_source = {});
+                                                        const QuantizedWeights::PackedSourceFn& release_source = {});
 
 }  // namespace hetero
 

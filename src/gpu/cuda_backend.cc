@@ -48,7 +48,8 @@ absl::Status ModuleStatus(int32_t code, const char* what, const char* message) {
 }
 
 // A matrix as the module takes it: its GGUF blocks in place where the module reads the
-// format, else a float16 copy (the module's only copy then).
+// format, else a float16 copy (the module's only copy then). view.f16 points into f16:
+// move it, never copy it.
 struct PreparedMatrix {
   std::vector<uint16_t> f16;
   hetero_cuda_matrix view{};
@@ -87,7 +88,7 @@ absl::StatusOr<PreparedMatrix> PrepareMatrix(const GgufTensorInfo* t, absl::stri
   m.f16.resize(f32.size());
   for (size_t i = 0; i < f32.size(); ++i) m.f16[i] = Fp32ToFp16(f32[i]);
   m.view.f16 = m.f16.data();
-  return m;
+  return m;  // moved (C++20 implicit move into the StatusOr): view.f16 stays valid
 }
 
 
@@ -228,7 +229,6 @@ absl::Status CudaBackend::Init() {
     for (const auto& [dst, slice] : matrices) {
       const GgufTensorInfo view = SliceTensor(file, *slice);
       HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(&view, slice->tensor));
-      dst->view.f16 = dst->f16.data();
       note_format(*dst, view.type);
     }
     hetero_cuda_layer& l = layers[i];
@@ -259,7 +259,6 @@ absl::Status CudaBackend::Init() {
             {&h.shared_gate, &e.shared_gate}, {&h.shared_up, &e.shared_up}, {&h.shared_down, &e.shared_down}};
         for (const auto& [dst, name] : shared) {
           HETERO_ASSIGN_OR_RETURN(*dst, PrepareMatrix(file.FindTensor(*name), *name));
-          dst->view.f16 = dst->f16.data();
           note_format(*dst, file.FindTensor(*name)->type);
         }
         l.shared_gate_input = h.shared_gate_input.data();

@@ -436,16 +436,11 @@ struct Model {
                       accumulate ? c.residual_scale : 1.0f, stream);
     }
     if (l.shared_n_ff == 0) return {};
-    // The shared expert, eight rows per GEMV launch.
-    for (int r0 = 0; r0 < n_rows; r0 += kMaxGemvRows) {
-      const int rows = std::min(kMaxGemvRows, n_rows - r0);
-      const float* in = moe_h.as<float>() + static_cast<size_t>(r0) * c.n_embd;
-      float* act = shared_act.as<float>() + static_cast<size_t>(r0) * l.shared_n_ff;
-      HETERO_FAILURE_TRY(Gemv({{&l.shared_gate, act, l.shared_n_ff}, {&l.shared_up, nullptr, l.shared_n_ff}}, in, rows,
-                              false, nullptr, /*swiglu=*/true));
-      HETERO_FAILURE_TRY(Gemv({{&l.shared_down, shared_out.as<float>() + static_cast<size_t>(r0) * c.n_embd, c.n_embd}},
-                              act, rows, false, nullptr));
-    }
+    // The shared expert (Gemv takes eight rows per launch).
+    float* act = shared_act.as<float>();
+    HETERO_FAILURE_TRY(Gemv({{&l.shared_gate, act, l.shared_n_ff}, {&l.shared_up, nullptr, l.shared_n_ff}},
+                            moe_h.as<float>(), n_rows, false, nullptr, /*swiglu=*/true));
+    HETERO_FAILURE_TRY(Gemv({{&l.shared_down, shared_out.as<float>(), c.n_embd}}, act, n_rows, false, nullptr));
     LaunchAddGatedShared(moe_h.as<float>(), l.shared_gate_input.as<float>(), shared_out.as<float>(), n_rows, c.n_embd,
                          accumulate ? c.residual_scale : 1.0f, out, stream);
     return {};
@@ -547,24 +542,29 @@ struct Model {
 
   const Matrix& output_matrix() const { return tied_output ? token_embd : output; }
 
-  // The weight scratch's size: the largest matrix group a prompt GEMM stages there (those
-  // with a block-format part), and for a block-format output at least 16 Mi elements of it
-  // (fewer, larger GEMMs over its rows), at most all of it.
+  // Whether a prompt GEMM over `parts` (stacked row after row) stages them in the weight
+  // scratch: not where the layer fused them as float16 (`fused`), nor for one F16 matrix.
+  static bool StagedInScratch(std::initializer_list<const Matrix*> parts, const __half* fused) {
+    return fused == nullptr && !(parts.size() == 1 && (*parts.begin())->is_f16());
+  }
+
+  // The weight scratch's size: the largest matrix group a prompt GEMM stages there, and for
+  // a block-format output at least 16 Mi elements of it (fewer, larger GEMMs over its
+  // rows), at most all of it.
   size_t WeightScratchHalves() const {
     size_t most = 0;
-    const auto staged = [&](std::initializer_list<const Matrix*> parts, const DeviceBuffer& fused) {
-      if (fused.ptr != nullptr || (parts.size() == 1 && (*parts.begin())->is_f16())) return;
+    const auto staged = [&](std::initializer_list<const Matrix*> parts, const __half* fused) {
+      if (!StagedInScratch(parts, fused)) return;
       size_t n = 0;
       for (const Matrix* m : parts) n += m->elements();
       most = std::max(most, n);
     };
-    const DeviceBuffer none;
     for (const auto& l : layers) {
-      staged({&l->q, &l->k, &l->v}, l->qkv_f16);
-      staged({&l->o}, none);
+      staged({&l->q, &l->k, &l->v}, l->qkv_f16.as<__half>());
+      staged({&l->o}, nullptr);
       if (l->n_experts > 0) continue;
-      staged({&l->gate, &l->up}, l->gate_up_f16);
-      staged({&l->down}, none);
+      staged({&l->gate, &l->up}, l->gate_up_f16.as<__half>());
+      staged({&l->down}, nullptr);
     }
     const Matrix& out = output_matrix();
     if (!out.is_f16()) most = std::max(most, std::min(out.elements(), std::max<size_t>(most, size_t{16} << 20)));
@@ -587,13 +587,9 @@ struct Model {
 
   // The float16 weights of `parts` stacked row after row, for one cuBLAS GEMM: the layer's
   // fused buffer, an F16 matrix itself, or the parts staged in the weight scratch.
-  Failure PromptWeights(std::initializer_list<const Matrix*> parts, const DeviceBuffer& fused, const __half** w) {
-    if (fused.ptr != nullptr) {
-      *w = fused.as<__half>();
-      return {};
-    }
-    if (parts.size() == 1 && (*parts.begin())->is_f16()) {
-      *w = (*parts.begin())->f16;
+  Failure PromptWeights(std::initializer_list<const Matrix*> parts, const __half* fused, const __half** w) {
+    if (!StagedInScratch(parts, fused)) {
+      *w = fused != nullptr ? fused : (*parts.begin())->f16;
       return {};
     }
     __half* dst = weight_scratch.as<__half>();
@@ -610,7 +606,7 @@ struct Model {
   // out = in W^T over `rows` float16 rows for one matrix (accumulating as MatMul does).
   Failure PromptMatMul(const Matrix& m, const __half* in, int rows, float* out, int ldc, bool accumulate) {
     const __half* w = nullptr;
-    HETERO_FAILURE_TRY(PromptWeights({&m}, DeviceBuffer{}, &w));
+    HETERO_FAILURE_TRY(PromptWeights({&m}, nullptr, &w));
     return MatMul(w, m.rows, m.cols, in, rows, out, ldc, accumulate);
   }
 
@@ -656,7 +652,7 @@ struct Model {
       } else {
         LaunchRmsNorm(xs, nullptr, l.attn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
         const __half* w = nullptr;
-        HETERO_FAILURE_TRY(PromptWeights({&l.q, &l.k, &l.v}, l.qkv_f16, &w));
+        HETERO_FAILURE_TRY(PromptWeights({&l.q, &l.k, &l.v}, l.qkv_f16.as<__half>(), &w));
         HETERO_FAILURE_TRY(MatMul(w, qkv_stride, c.n_embd, h16, n_rows, q, qkv_stride, false));
       }
       QkvSteps steps;
@@ -692,7 +688,7 @@ struct Model {
       } else {
         LaunchRmsNorm(xs, nullptr, l.ffn_norm.as<float>(), n_rows, c.n_embd, c.rms_norm_eps, nullptr, h16, stream);
         const __half* w = nullptr;
-        HETERO_FAILURE_TRY(PromptWeights({&l.gate, &l.up}, l.gate_up_f16, &w));
+        HETERO_FAILURE_TRY(PromptWeights({&l.gate, &l.up}, l.gate_up_f16.as<__half>(), &w));
         HETERO_FAILURE_TRY(MatMul(w, 2 * c.n_ff, c.n_embd, h16, n_rows, gate_up.as<float>(), 2 * c.n_ff, false));
         LaunchGatedActivation(gate_up.as<float>(), n_rows, c.n_ff, c.activation == HETERO_CUDA_ACTIVATION_GELU_TANH,
                               nullptr, h16, stream);

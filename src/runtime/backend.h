@@ -4,7 +4,6 @@
 #ifndef HETERO_RUNTIME_BACKEND_H_
 #define HETERO_RUNTIME_BACKEND_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>

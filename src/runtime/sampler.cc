@@ -110,9 +110,7 @@ int32_t Sampler::Sample(absl::Span<float> logits, absl::Span<const int32_t> hist
     candidates_.push_back({logits[i], static_cast<int32_t>(i), 0.0});
     max_logit = std::max(max_logit, logits[i]);
   }
-  if (candidates_.empty()) {
-    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
+  if (candidates_.empty()) return GreedyToken(logits);
   // The order: descending logit, lower id first on ties (deterministic). Only as much of
   // it is sorted as the cut-offs and the draw need: sorting all 49k candidates of every
   // step cost more than a decode step.
