@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -96,22 +98,38 @@ TEST(ThreadPoolTest, WorkersTakePartAfterSleeping) {
 }
 
 TEST(ThreadPoolTest, OthersTakeTheRestOfASlowThreadsRun) {
-  // Static chunks are dealt out as one run per thread; the caller's run is chunks 0..3 of 8
-  // (one index each here). Chunk 0 holds the caller long enough that the worker, done with
-  // its own run, must take the caller's remaining chunks from the back.
+  // Static chunks are dealt out as one run per thread (one index per chunk here). The first
+  // index to start holds its thread until every other index has finished: that can only
+  // happen if the other thread takes the rest of the held thread's run. Which thread starts
+  // first is up to the scheduler (a late caller may find its run already being taken), so
+  // the test waits on completion, not on thread identities; a pool that cannot steal times
+  // out here instead of passing by luck.
   ThreadPool pool(2);
   const int n = 2 * ThreadPool::kChunksPerThread;
   for (int round = 0; round < 3; ++round) {
+    std::mutex mu;
+    std::condition_variable done_cv;
+    int done = 0;
+    std::atomic<bool> first_taken{false};
+    bool rest_finished_while_held = false;
+    int done_while_held = -1;
     std::vector<std::thread::id> owner(n);
-    const std::thread::id caller = std::this_thread::get_id();
     pool.ParallelFor(n, Schedule::kStatic, [&](int i) {
       owner[static_cast<size_t>(i)] = std::this_thread::get_id();
-      if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!first_taken.exchange(true)) {
+        std::unique_lock<std::mutex> lock(mu);
+        rest_finished_while_held =
+            done_cv.wait_for(lock, std::chrono::seconds(10), [&] { return done == n - 1; });
+        done_while_held = done;
+        return;
+      }
+      const std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      done_cv.notify_all();
     });
-    EXPECT_EQ(owner[0], caller);
-    for (int i = 1; i < n; ++i) {
-      EXPECT_NE(owner[static_cast<size_t>(i)], caller) << "index " << i << ", round " << round;
-    }
+    EXPECT_TRUE(rest_finished_while_held) << "round " << round << ": " << done_while_held << " of " << n - 1
+                                      << " other indices ran while the first was held";
+    EXPECT_EQ(std::set<std::thread::id>(owner.begin(), owner.end()).size(), 2u) << "round " << round;
   }
 }
 
