@@ -4,6 +4,7 @@
 // Labelled "concurrency": the ThreadSanitizer build runs these.
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include <fstream>
@@ -198,13 +199,23 @@ TEST_F(EngineTest, CancellationAndDeadlinesReleaseKvMemory) {
   EXPECT_EQ(engine->stats().kv_used_tokens, 0);
   EXPECT_TRUE((*session)->messages().empty()) << "a failed Run leaves the conversation as it was";
   // Cancelled from another thread.
+  // The other thread cancels once the reply has started (a cancel that arrived before Run
+  // began would be cleared by it), so this holds however the threads are scheduled.
   RunOptions slow = Greedy(400);
   slow.ignore_end_of_generation = true;
+  std::promise<void> started;
+  std::atomic<bool> signalled{false};
+  RunOptions slow_signalling = slow;
+  slow_signalling.on_text = [&](std::string_view) {
+    if (!signalled.exchange(true)) started.set_value();
+    return true;
+  };
   std::thread canceller([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    started.get_future().wait();
     (*session)->Cancel();
   });
-  EXPECT_THAT((*session)->Run("Tell me a long story.", slow), StatusIs(absl::StatusCode::kCancelled));
+  EXPECT_THAT((*session)->Run("Tell me a long story.", slow_signalling), StatusIs(absl::StatusCode::kCancelled));
+  if (!signalled.exchange(true)) started.set_value();  // the reply never started: free the thread
   canceller.join();
   EXPECT_EQ(engine->stats().kv_used_tokens, 0);
   // Past its deadline.
@@ -354,11 +365,20 @@ TEST_F(EngineTest, RefusesMisuse) {
   ASSERT_TRUE(s.ok());
   EXPECT_THAT(engine->NewSession(), StatusIs(absl::StatusCode::kResourceExhausted));
   // One Run at a time per session.
+  // The second Run starts once the first has produced text, so the first is surely running.
   RunOptions slow = Greedy(200);
   slow.ignore_end_of_generation = true;
+  std::promise<void> started;
+  std::atomic<bool> signalled{false};
+  std::atomic<bool> go_on{true};
+  slow.on_text = [&](std::string_view) {
+    if (!signalled.exchange(true)) started.set_value();
+    return go_on.load();
+  };
   std::thread runner([&] { (*s)->Run("Tell me a story.", slow).IgnoreError(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(started.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_THAT((*s)->Run("Hi", Greedy(2)), StatusIs(absl::StatusCode::kFailedPrecondition));
+  go_on.store(false);  // ends the first Run at its next piece, whether or not Cancel lands first
   (*s)->Cancel();
   runner.join();
   RunOptions bad_sampling = Greedy(4);

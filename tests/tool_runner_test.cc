@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -155,19 +157,31 @@ TEST(ToolRunnerTest, InvalidUtf8BecomesAnErrorResult) {
 }
 
 TEST(ToolRunnerTest, CallsRunConcurrentlyAndDuplicatesOnce) {
+  // Each distinct call waits until all three have started: only calls that run at the same
+  // time can all get there (no wall-clock bound, which a loaded machine could miss).
+  struct Meeting {
+    std::mutex mu;
+    std::condition_variable cv;
+    int started = 0;
+    int met = 0;
+  };
   ToolRegistry tools;
+  auto meeting = std::make_shared<Meeting>();
   auto runs = std::make_shared<std::atomic<int>>(0);
-  ASSERT_TRUE(tools.Register(MakeTool("slow", [runs](const std::string& a) -> absl::StatusOr<std::string> {
+  ASSERT_TRUE(tools.Register(MakeTool("slow", [runs, meeting](const std::string& a) -> absl::StatusOr<std::string> {
                 ++*runs;
-                std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                std::unique_lock<std::mutex> lock(meeting->mu);
+                ++meeting->started;
+                meeting->cv.notify_all();
+                if (meeting->cv.wait_for(lock, std::chrono::seconds(20), [&] { return meeting->started >= 3; })) {
+                  ++meeting->met;
+                }
                 return a;
-              })).ok());
+              }, std::chrono::seconds(30))).ok());
   const std::vector<ParsedToolCall> calls = {Call("slow", R"({"x":1})"), Call("slow", R"({"x":2})"),
                                              Call("slow", R"({"x":3})"), Call("slow", R"({"x":1})")};
-  const auto start = std::chrono::steady_clock::now();
   std::vector<ToolRunResult> r = RunToolCalls(tools, calls, 0, 100, nullptr);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(ms, 500) << "three 200 ms calls in parallel";
+  EXPECT_EQ(meeting->met, 3) << "the three distinct calls ran at the same time";
   EXPECT_EQ(runs->load(), 3);
   EXPECT_EQ(r[3].content, R"({"x":1})");
   EXPECT_EQ(r[3].report.outcome, "ok");
@@ -178,19 +192,21 @@ TEST(ToolRunnerTest, CallsRunConcurrentlyAndDuplicatesOnce) {
 
 TEST(ToolRunnerTest, CancellationEndsTheWait) {
   ToolRegistry tools;
+  auto release = std::make_shared<std::atomic<bool>>(false);
   ASSERT_TRUE(tools.Register(MakeTool(
                   "slow",
-                  [](const std::string&) -> absl::StatusOr<std::string> {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+                  [release](const std::string&) -> absl::StatusOr<std::string> {
+                    while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
                     return std::string("x");
                   },
-                  std::chrono::milliseconds(5000)))
+                  std::chrono::milliseconds(20000)))
                   .ok());
   std::atomic<bool> cancelled{true};
   const auto start = std::chrono::steady_clock::now();
   std::vector<ToolRunResult> r = RunToolCalls(tools, {Call("slow", R"({"x":1})")}, 0, 100, &cancelled);
   const double waited = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(waited, 300);
+  release->store(true);  // let the abandoned thread finish
+  EXPECT_LT(waited, 10000) << "cancellation, not the 20 s tool timeout, ended the wait";
   EXPECT_EQ(r[0].report.outcome, "timeout");
   EXPECT_THAT(r[0].report.detail, HasSubstr("cancelled"));
 }
