@@ -85,14 +85,29 @@ Attention::RowKeys Attention::KeysOf(int position, int window) const {
   return RowKeys{first, n_keys, (n_keys + kKeysPerPart - 1) / kKeysPerPart};
 }
 
-void Attention::AttendPart(const float* q, const SequenceKv& kv, const RowKeys& keys, int g, int part, float* out,
-                           float* max, float* sum) const {
+namespace {
+bool HasAvx512() {
+  static const bool avx512 = DetectCpu().avx512f;
+  return avx512;
+}
+}  // namespace
+
+void Attention::Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const {
+  const int group = s_.n_heads / s_.n_kv_heads;
+  if (HasAvx512() && s_.head_dim % 16 == 0) {
+    internal::MergeAttentionPartsAvx512(parts, group, s_.head_dim, outs, max, sum, out);
+  } else {
+    internal::MergeAttentionParts(parts, group, s_.head_dim, outs, max, sum, out);
+  }
+}
+
+void Attention::AttendPart(const float* q, const SequenceKv& kv, const TransposedKeys* kt, const RowKeys& keys,
+                           int g, int part, float* out, float* max, float* sum) const {
   const int hd = s_.head_dim;
   const int group = s_.n_heads / s_.n_kv_heads;
   // Offsets within one layer's region of a block (src/runtime/kv_layout.h).
   const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, hd, s_.block_tokens};
-  static const bool avx512 = DetectCpu().avx512f;
-  const bool simd = avx512 && hd % 16 == 0;
+  const bool simd = HasAvx512() && hd % 16 == 0;
   const int first = keys.first + part * kKeysPerPart;
   const int n_keys = std::min(kKeysPerPart, keys.n_keys - part * kKeysPerPart);
   const int first_block = first / s_.block_tokens;
@@ -115,6 +130,10 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const RowKeys& 
                               s_.scale,
                               max,
                               sum};
+  if (simd && kt != nullptr) {
+    query.kt = kt->kt + static_cast<size_t>(g) * hd * kt->ld + (first - kt->first_key);
+    query.kt_ld = kt->ld;
+  }
   if (simd) {
     internal::AttendDecodeAvx512(query, scores, out);
   } else {
@@ -122,13 +141,14 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const RowKeys& 
   }
 }
 
-void Attention::RunRow(const float* q, int position, const SequenceKv& kv, int window, float* out) const {
+void Attention::RunRow(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window,
+                       float* out) const {
   const int hd = s_.head_dim;
   const int group = s_.n_heads / s_.n_kv_heads;
   const RowKeys keys = KeysOf(position, window);
   const size_t head_floats = static_cast<size_t>(group) * hd;
   if (keys.parts == 1) {
-    for (int g = 0; g < s_.n_kv_heads; ++g) AttendPart(q, kv, keys, g, 0, out + g * head_floats, nullptr, nullptr);
+    for (int g = 0; g < s_.n_kv_heads; ++g) AttendPart(q, kv, kt, keys, g, 0, out + g * head_floats, nullptr, nullptr);
     return;
   }
   thread_local std::vector<float> parts;
@@ -138,9 +158,9 @@ void Attention::RunRow(const float* q, int position, const SequenceKv& kv, int w
   float* sum = max + keys.parts * group;
   for (int g = 0; g < s_.n_kv_heads; ++g) {
     for (int p = 0; p < keys.parts; ++p) {
-      AttendPart(q, kv, keys, g, p, outs + p * head_floats, max + p * group, sum + p * group);
+      AttendPart(q, kv, kt, keys, g, p, outs + p * head_floats, max + p * group, sum + p * group);
     }
-    internal::MergeAttentionParts(keys.parts, group, hd, outs, max, sum, out + g * head_floats);
+    Merge(keys.parts, outs, max, sum, out + g * head_floats);
   }
 }
 
@@ -174,18 +194,18 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
     const int p = (i - start[r]) % keys[r].parts;
     const float* qr = q + r * row_floats;
     if (keys[r].parts == 1) {
-      AttendPart(qr, *kv[r], keys[r], g, 0, out + r * row_floats + g * head_floats, nullptr, nullptr);
+      AttendPart(qr, *kv[r], nullptr, keys[r], g, 0, out + r * row_floats + g * head_floats, nullptr, nullptr);
     } else {
       const size_t k = static_cast<size_t>(slot[r]) + (i - start[r]);
-      AttendPart(qr, *kv[r], keys[r], g, p, outs + k * head_floats, max + k * group, sum + k * group);
+      AttendPart(qr, *kv[r], nullptr, keys[r], g, p, outs + k * head_floats, max + k * group, sum + k * group);
     }
   });
   for (int r = 0; r < rows; ++r) {
     if (keys[r].parts == 1) continue;
     for (int g = 0; g < s_.n_kv_heads; ++g) {
       const size_t k = static_cast<size_t>(slot[r]) + static_cast<size_t>(g) * keys[r].parts;
-      internal::MergeAttentionParts(keys[r].parts, group, s_.head_dim, outs + k * head_floats, max + k * group,
-                                    sum + k * group, out + r * row_floats + g * head_floats);
+      Merge(keys[r].parts, outs + k * head_floats, max + k * group, sum + k * group,
+            out + r * row_floats + g * head_floats);
     }
   }
 }
@@ -198,9 +218,82 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
     return;
   }
   const size_t row_floats = static_cast<size_t>(s_.n_heads) * s_.head_dim;
+  // Sequences with many rows here (a prompt) get their keys transposed once: each key is
+  // then read by every row, and the transposition costs about what one row's scores do.
+  absl::InlinedVector<TransposedKeys, 4> transposed;
+  absl::InlinedVector<int, 8> transposed_of(rows, -1);
+  thread_local std::vector<float> kt_storage;
+  if (HasAvx512() && s_.head_dim % 16 == 0) {
+    struct Span {
+      const SequenceKv* seq;
+      int rows, first, end;
+    };
+    absl::InlinedVector<Span, 4> spans;
+    for (int r = 0; r < rows; ++r) {
+      const RowKeys keys = KeysOf(positions[r], window);
+      size_t i = 0;
+      while (i < spans.size() && spans[i].seq != kv[r]) ++i;
+      if (i == spans.size()) spans.push_back(Span{kv[r], 0, keys.first, keys.first + keys.n_keys});
+      Span& span = spans[i];
+      ++span.rows;
+      span.first = std::min(span.first, keys.first);
+      span.end = std::max(span.end, keys.first + keys.n_keys);
+      transposed_of[r] = static_cast<int>(i);
+    }
+    size_t floats = 0;
+    std::vector<size_t> offsets(spans.size());
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (spans[i].rows < kRowsForTransposedKeys) continue;
+      offsets[i] = floats;
+      // Sixteen spare columns: a part's last sixteen keys may reach past the last key.
+      floats += static_cast<size_t>(s_.n_kv_heads) * s_.head_dim * ((spans[i].end - spans[i].first + 15) / 16 * 16 + 16);
+    }
+    // 64-byte aligned, as are the rows (ld a multiple of 16 floats): a 16-key load never
+    // splits a cache line.
+    if (kt_storage.size() < floats + 16) kt_storage.resize(floats + 16);
+    float* kt_base = kt_storage.data();
+    while (reinterpret_cast<uintptr_t>(kt_base) % 64 != 0) ++kt_base;
+    transposed.resize(spans.size());
+    // Items: (sequence, KV head, 256 keys).
+    struct Item {
+      int span, g, first, n;
+    };
+    std::vector<Item> items;
+    constexpr int kKeysPerItem = 256;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      if (spans[i].rows < kRowsForTransposedKeys) continue;
+      const size_t ld = static_cast<size_t>(spans[i].end - spans[i].first + 15) / 16 * 16 + 16;
+      transposed[i] = TransposedKeys{kt_base + offsets[i], ld, spans[i].first};
+      for (int g = 0; g < s_.n_kv_heads; ++g) {
+        for (int k = spans[i].first; k < spans[i].end; k += kKeysPerItem) {
+          items.push_back(Item{static_cast<int>(i), g, k, std::min(kKeysPerItem, spans[i].end - k)});
+        }
+      }
+    }
+    const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, s_.head_dim, s_.block_tokens};
+    ParallelFor(static_cast<int>(items.size()), ThreadPool::Schedule::kDynamic, [&](int it) {
+      const Item& item = items[static_cast<size_t>(it)];
+      const TransposedKeys& t = transposed[static_cast<size_t>(item.span)];
+      float* head = kt_base + offsets[static_cast<size_t>(item.span)] +
+                    static_cast<size_t>(item.g) * s_.head_dim * t.ld;
+      const size_t column = static_cast<size_t>(item.first - t.first_key);
+      internal::TransposeKeysAvx512(spans[static_cast<size_t>(item.span)].seq->blocks.data(), s_.block_tokens,
+                                    layer.Offset(0, /*values=*/false, item.g, 0), s_.head_dim, item.first, item.n,
+                                    head + column, t.ld);
+      // The spare columns after a head's last key (read, never used, by a part's last sixteen).
+      if (item.first + item.n == spans[static_cast<size_t>(item.span)].end) {
+        for (int d = 0; d < s_.head_dim; ++d) {
+          std::fill(head + d * t.ld + column + item.n, head + (d + 1) * t.ld, 0.0f);
+        }
+      }
+    });
+  }
   // Later rows of a prompt attend to more keys: dynamic scheduling balances them.
-  ParallelFor(rows, ThreadPool::Schedule::kDynamic,
-              [&](int r) { RunRow(q + r * row_floats, positions[r], *kv[r], window, out + r * row_floats); });
+  ParallelFor(rows, ThreadPool::Schedule::kDynamic, [&](int r) {
+    const int t = transposed_of[static_cast<size_t>(r)];
+    const TransposedKeys* kt = t >= 0 && transposed[static_cast<size_t>(t)].kt != nullptr ? &transposed[static_cast<size_t>(t)] : nullptr;
+    RunRow(q + r * row_floats, positions[r], *kv[r], kt, window, out + r * row_floats);
+  });
 }
 
 }  // namespace hetero

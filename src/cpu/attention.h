@@ -50,18 +50,32 @@ class Attention {
            int window, float* out) const;
 
  private:
+  // A sequence with at least this many rows in a pass has its keys transposed once for the
+  // pass (TransposedKeys), which its rows' scores then read without horizontal sums.
+  static constexpr int kRowsForTransposedKeys = 8;
+
   // The keys one row attends to: n_keys from position `first`, in `parts` parts.
   struct RowKeys {
     int first;
     int n_keys;
     int parts;
   };
+  // One sequence's keys first_key .. first_key + ld - 1 for one pass, transposed per KV head:
+  // head g's key first_key + j, dimension d at kt[(g * head_dim + d) * ld + j].
+  struct TransposedKeys {
+    const float* kt = nullptr;
+    size_t ld = 0;
+    int first_key = 0;
+  };
   RowKeys KeysOf(int position, int window) const;
   // KV head g's query heads over part `part` of the row's keys. `out`: group x head_dim;
   // max and sum: group floats each, or null when the row is one part (`out` normalised).
-  void AttendPart(const float* q, const SequenceKv& kv, const RowKeys& keys, int g, int part, float* out,
-                  float* max, float* sum) const;
-  void RunRow(const float* q, int position, const SequenceKv& kv, int window, float* out) const;
+  // `kt`: the row's sequence's transposed keys, or null.
+  void AttendPart(const float* q, const SequenceKv& kv, const TransposedKeys* kt, const RowKeys& keys, int g,
+                  int part, float* out, float* max, float* sum) const;
+  void RunRow(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window,
+              float* out) const;
+  void Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const;
   // Fewer rows than the threads can share: every (row, KV head, part) is an item.
   void RunParts(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
                 int window, float* out) const;

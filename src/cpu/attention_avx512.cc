@@ -1,6 +1,7 @@
 // AVX-512 decode attention (attention.h's single-query path). This file alone is compiled
 // with -mavx512f -mfma; Attention checks the CPU first.
 #include <immintrin.h>
+#include <math.h>  // expf: a plain C call (an inline C++ wrapper would be emitted here with AVX-512)
 
 #include <cmath>
 
@@ -21,6 +22,29 @@ inline __m128 SumFour(__m512 a, __m512 b, __m512 c, __m512 d) {
   x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xB1));
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), x));
 }
+
+// Keys (or values) one after another through the paged blocks, without a division per key.
+struct KeyWalker {
+  const float* const* blocks;
+  size_t offset;  // k_offset or v_offset
+  int block_tokens, head_dim;
+  int block, slot;
+  KeyWalker(const DecodeQuery& query, size_t offset)
+      : blocks(query.blocks),
+        offset(offset),
+        block_tokens(query.block_tokens),
+        head_dim(query.head_dim),
+        block(query.first_key / query.block_tokens),
+        slot(query.first_key % query.block_tokens) {}
+  const float* Next() {
+    const float* p = blocks[block] + offset + static_cast<size_t>(slot) * head_dim;
+    if (++slot == block_tokens) {
+      slot = 0;
+      ++block;
+    }
+    return p;
+  }
+};
 
 // The scaled scores of H query heads (q: H x hd floats) against four keys: row h of the
 // output (stride ld) gets four scores at out + h * ld.
@@ -60,8 +84,8 @@ inline void ScoreFourKeys(const float* q, int hd, const float* const* k, float s
 // out[h][col, col + 16 W) = inv[h] * the sum over keys j of p[h][j] * value j's same columns,
 // for H heads whose probabilities are rows of p (stride ld). Each (head, column) is one
 // chain of fused multiply-adds in key order from zero, however the heads are grouped.
-template <int H, int W, typename ValueAt>
-inline void WeightedValueColumns(const float* p, size_t ld, int n, const ValueAt& value, int col, const float* inv,
+template <int H, int W>
+inline void WeightedValueColumns(const float* p, size_t ld, int n, KeyWalker value, int col, const float* inv,
                                  int hd, float* out) {
   __m512 acc[H][W];
 #pragma GCC unroll 4
@@ -70,7 +94,7 @@ inline void WeightedValueColumns(const float* p, size_t ld, int n, const ValueAt
     for (int u = 0; u < W; ++u) acc[h][u] = _mm512_setzero_ps();
   }
   for (int j = 0; j < n; ++j) {
-    const float* v = value(j) + col;
+    const float* v = value.Next() + col;
     __m512 vc[W];
 #pragma GCC unroll 4
     for (int u = 0; u < W; ++u) vc[u] = _mm512_loadu_ps(v + 16 * u);
@@ -91,8 +115,9 @@ inline void WeightedValueColumns(const float* p, size_t ld, int n, const ValueAt
 }
 
 // All of a head_dim's columns, four 16-float chunks at a time (independent chains).
-template <int H, typename ValueAt>
-inline void WeightedValues(const float* p, size_t ld, int n, const ValueAt& value, const float* inv, int hd, float* out) {
+template <int H>
+inline void WeightedValues(const float* p, size_t ld, int n, const KeyWalker& value, const float* inv, int hd,
+                           float* out) {
   const int chunks = hd / 16;
   for (int c0 = 0; c0 < chunks; c0 += 4) {
     switch (chunks - c0) {
@@ -104,20 +129,127 @@ inline void WeightedValues(const float* p, size_t ld, int n, const ValueAt& valu
   }
 }
 
+
+// Transposed keys (DecodeQuery::kt): the same scores as ScoreFourKeys and the tail's
+// _mm512_reduce_add_ps, bit for bit, sixteen keys per vector and no horizontal sums.
+// Those compute, per (head, key), lane l's chain q[l] k[l], then + q[16c + l] k[16c + l]
+// fused for c = 1, 2, ..., and sum the 16 lanes by one fixed tree: s1[i] = a[i] + a[i + 8],
+// s2[i] = s1[i] + s1[i + 4], s3[i] = s2[i] + s2[i + 2], s3[0] + s3[1]. Here lane l's chain
+// runs for sixteen keys at once over rows l, 16 + l, ... of the transposed keys, and the
+// tree is vertical adds, evaluated depth first so that M heads need about 5 M registers.
+// A transposed key vector is loaded once into a register for all M heads: left to itself
+// GCC folds the load into each head's multiply-add, M 64-byte loads where one will do.
+inline __m512 LoadKeys(const float* p) {
+  __m512 k = _mm512_loadu_ps(p);
+  asm("" : "+v"(k));
+  return k;
+}
+
+// C: the head dimension's 16-float chunks when known at compile time (the common 64 and
+// 128, unrolled), or 0 to read it from hd.
+template <int M, int C, int L>
+inline void LaneChains(const float* q, int hd, const float* kt, size_t ld, __m512* a) {
+  const int chunks = C > 0 ? C : hd / 16;
+  const __m512 k0 = LoadKeys(kt + static_cast<size_t>(L) * ld);
+#pragma GCC unroll 4
+  for (int h = 0; h < M; ++h) a[h] = _mm512_mul_ps(_mm512_set1_ps(q[h * hd + L]), k0);
+#pragma GCC unroll 8
+  for (int c = 1; c < chunks; ++c) {
+    const __m512 k = LoadKeys(kt + static_cast<size_t>(16 * c + L) * ld);
+#pragma GCC unroll 4
+    for (int h = 0; h < M; ++h) a[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * hd + 16 * c + L]), k, a[h]);
+  }
+}
+
+// Lanes L and L + Span of the tree's level Span (Span = 8: lane chains; 4, 2, 1: sums).
+template <int M, int C, int L, int Span>
+inline void TreeNode(const float* q, int hd, const float* kt, size_t ld, __m512* out) {
+  __m512 right[M];
+  if constexpr (Span == 8) {
+    LaneChains<M, C, L>(q, hd, kt, ld, out);
+    LaneChains<M, C, L + 8>(q, hd, kt, ld, right);
+  } else {
+    TreeNode<M, C, L, Span * 2>(q, hd, kt, ld, out);
+    TreeNode<M, C, L + Span, Span * 2>(q, hd, kt, ld, right);
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < M; ++h) out[h] = _mm512_add_ps(out[h], right[h]);
+}
+
+// The scaled scores of M heads (q: M x hd) against n keys from kt: head h's at out + h * ld_out.
+template <int M, int C>
+inline void TransposedScores(const float* q, int hd, const float* kt, size_t kt_ld, int n, float scale, float* out,
+                             size_t ld_out) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int j = 0; j < n; j += 16) {
+    __m512 total[M];
+    TreeNode<M, C, 0, 1>(q, hd, kt + j, kt_ld, total);
+    const __mmask16 m = n - j >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (n - j)) - 1);
+#pragma GCC unroll 4
+    for (int h = 0; h < M; ++h) _mm512_mask_storeu_ps(out + h * ld_out + j, m, _mm512_mul_ps(total[h], vscale));
+  }
+}
+
+template <int M>
+void TransposedScoresAnyDim(const float* q, int hd, const float* kt, size_t kt_ld, int n, float scale, float* out,
+                            size_t ld_out) {
+  switch (hd) {
+    case 64: TransposedScores<M, 4>(q, hd, kt, kt_ld, n, scale, out, ld_out); break;
+    case 128: TransposedScores<M, 8>(q, hd, kt, kt_ld, n, scale, out, ld_out); break;
+    default: TransposedScores<M, 0>(q, hd, kt, kt_ld, n, scale, out, ld_out); break;
+  }
+}
+
 }  // namespace
+
+void TransposeKeysAvx512(const float* const* blocks, int block_tokens, size_t k_offset, int head_dim, int first_key,
+                         int n_keys, float* kt, size_t ld) {
+  // Sixteen keys of one block per gather (slot s's dimension d at s * head_dim + d).
+  __m512i slots = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32(head_dim));
+  for (int j = 0; j < n_keys;) {
+    const int key = first_key + j;
+    const int slot = key % block_tokens;
+    int take = block_tokens - slot < 16 ? block_tokens - slot : 16;
+    if (n_keys - j < take) take = n_keys - j;
+    const __mmask16 m = take == 16 ? 0xFFFF : static_cast<__mmask16>((1u << take) - 1);
+    const float* base = blocks[key / block_tokens] + k_offset + static_cast<size_t>(slot) * head_dim;
+    for (int d = 0; d < head_dim; ++d) {
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, slots, base + d, 4);
+      _mm512_mask_storeu_ps(kt + static_cast<size_t>(d) * ld + j, m, v);
+    }
+    j += take;
+  }
+}
+
+void MergeAttentionPartsAvx512(int parts, int group, int head_dim, const float* outs, const float* max,
+                               const float* sum, float* out) {
+  for (int h = 0; h < group; ++h) {
+    float top = -INFINITY;
+    for (int p = 0; p < parts; ++p) top = max[p * group + h] > top ? max[p * group + h] : top;
+    float total = 0.0f;
+    for (int p = 0; p < parts; ++p) total += expf(max[p * group + h] - top) * sum[p * group + h];
+    const float inv = 1.0f / total;
+    float* o = out + static_cast<size_t>(h) * head_dim;
+    for (int c = 0; c < head_dim; c += 64) {
+      const int w = head_dim - c >= 64 ? 4 : (head_dim - c) / 16;
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int p = 0; p < parts; ++p) {
+        const __m512 weight = _mm512_set1_ps(expf(max[p * group + h] - top) * inv);
+        const float* part = outs + (static_cast<size_t>(p) * group + h) * head_dim + c;
+        for (int u = 0; u < w; ++u) acc[u] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(part + 16 * u), acc[u]);
+      }
+      for (int u = 0; u < w; ++u) _mm512_storeu_ps(o + c + 16 * u, acc[u]);
+    }
+  }
+}
 
 void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
   const int hd = query.head_dim;
   const int chunks = hd / 16;
   const int n = query.n_keys;
-  const int bt = query.block_tokens;
-  const int f = query.first_key;
-  const auto key = [&](int j) {
-    return query.blocks[(j + f) / bt] + query.k_offset + static_cast<size_t>((j + f) % bt) * hd;
-  };
-  const auto value = [&](int j) {
-    return query.blocks[(j + f) / bt] + query.v_offset + static_cast<size_t>((j + f) % bt) * hd;
-  };
+  KeyWalker key(query, query.k_offset);
+  const KeyWalker value(query, query.v_offset);
   const size_t ld = static_cast<size_t>(n + 15) / 16 * 16;  // scores row stride
 
   // Scores, four keys at a time (one combined horizontal sum), then the rest one by one.
@@ -126,8 +258,22 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
   // is the same chain of one multiply and fused multiply-adds in chunk order however the
   // heads are grouped, so its bits depend on neither.
   int j0 = 0;
+  if (query.kt != nullptr) {
+    for (int h0 = 0; h0 < query.group; h0 += 4) {
+      const float* q = query.q + static_cast<size_t>(h0) * hd;
+      float* s = scores + h0 * ld;
+      switch (query.group - h0) {
+        case 1: TransposedScoresAnyDim<1>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+        case 2: TransposedScoresAnyDim<2>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+        case 3: TransposedScoresAnyDim<3>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+        default: TransposedScoresAnyDim<4>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+      }
+    }
+    j0 = n;  // every score taken
+  }
   for (; j0 + 4 <= n; j0 += 4) {
-    const float* k[4] = {key(j0), key(j0 + 1), key(j0 + 2), key(j0 + 3)};
+    const float* k[4];
+    for (const float*& p : k) p = key.Next();
     for (int h0 = 0; h0 < query.group; h0 += 4) {
       switch (query.group - h0) {
         case 1: ScoreFourKeys<1>(query.q + static_cast<size_t>(h0) * hd, hd, k, query.scale, scores + h0 * ld + j0, ld); break;
@@ -138,7 +284,7 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
     }
   }
   for (int j = j0; j < n; ++j) {
-    const float* k = key(j);
+    const float* k = key.Next();
     for (int h = 0; h < query.group; ++h) {
       const float* q = query.q + static_cast<size_t>(h) * hd;
       __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));

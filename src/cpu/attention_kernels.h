@@ -27,7 +27,17 @@ struct DecodeQuery {
   // each): one part of a row's keys, merged with its other parts by MergeAttentionParts.
   float* part_max = nullptr;
   float* part_sum = nullptr;
+  // When set (AVX-512 kernel only), the keys are read transposed from here instead: key j's
+  // dimension d at kt[d * kt_ld + j] (TransposeKeysAvx512). The scores are bit-identical
+  // either way, so which form a row was given never shows in its result.
+  const float* kt = nullptr;
+  size_t kt_ld = 0;
 };
+// Keys first_key .. first_key + n_keys - 1 of one KV head (blocks, block_tokens, k_offset
+// as in DecodeQuery) transposed into kt: key first_key + j's dimension d at kt[d * ld + j]
+// (columns 0 .. n_keys - 1 of head_dim rows of stride ld).
+void TransposeKeysAvx512(const float* const* blocks, int block_tokens, size_t k_offset, int head_dim, int first_key,
+                         int n_keys, float* kt, size_t ld);
 // `scores`: group x round_up(n_keys, 16) floats of scratch.
 void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
 void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
@@ -37,6 +47,10 @@ void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
 // Merged in part order, so a row's result does not depend on which thread ran which part.
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
                          float* out);
+// The same merge for a head_dim that is a multiple of 16, its sums in AVX-512 fused
+// multiply-adds (so its bits differ from the portable merge's: a process uses one of them).
+void MergeAttentionPartsAvx512(int parts, int group, int head_dim, const float* outs, const float* max,
+                               const float* sum, float* out);
 }  // namespace internal
 
 }  // namespace hetero
