@@ -62,6 +62,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   portable.q_biased.resize(a.q.size());
   portable.d.resize(a.d.size());
   portable.d_sum.resize(a.d.size());
+  portable.q4_0_offsets.resize(a.d.size());
   portable.half_sums.resize(a.half_sums.size());
   portable.rows = s.m;
   portable.cols = s.k;
@@ -69,6 +70,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   EXPECT_EQ(a.q, portable.q);  // the SIMD quantizer rounds exactly like the portable one
   EXPECT_EQ(a.d, portable.d);
   EXPECT_EQ(a.half_sums, portable.half_sums);
+  EXPECT_EQ(a.q4_0_offsets, portable.q4_0_offsets);
 
   std::vector<float> y(static_cast<size_t>(s.m) * s.n);
   QuantMatmul(w, a, y.data(), s.n);
