@@ -123,7 +123,9 @@ void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tole
                            const SequenceAdapter* adapter = nullptr) {
   auto seq = backend.NewSequence();
   ASSERT_TRUE(seq.ok()) << seq.status();
-  if (adapter != nullptr) ASSERT_TRUE(backend.SetSequenceAdapter(*seq, *adapter).ok());
+  if (adapter != nullptr) {
+    ASSERT_TRUE(backend.SetSequenceAdapter(*seq, *adapter).ok());
+  }
   std::vector<float> logits(backend.vocab_size());
   ASSERT_TRUE(backend.Prefill(*seq, c.prompt, absl::MakeSpan(logits)).ok());
   std::vector<float> compared = logits;

@@ -14,8 +14,16 @@ void RmsNorm(const float* x, const float* weight, int rows, int n, float eps, fl
   ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
     const float* xr = x + static_cast<size_t>(r) * n;
     float* o = out + static_cast<size_t>(r) * n;
-    double sum = 0.0;  // double: the mean square of thousands of values
-    for (int i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+    // Double: the mean square of thousands of values. Eight running sums in a fixed order
+    // (the compiler vectorises them) instead of one chain of dependent adds, which took
+    // ~5% of a prompt pass of the default model.
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (int u = 0; u < 8; ++u) part[u] += static_cast<double>(xr[i + u]) * xr[i + u];
+    }
+    for (; i < n; ++i) part[i % 8] += static_cast<double>(xr[i]) * xr[i];
+    const double sum = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
     const float scale = static_cast<float>(1.0 / std::sqrt(sum / n + eps));
     for (int i = 0; i < n; ++i) o[i] = xr[i] * scale * weight[i];
   });
@@ -47,14 +55,21 @@ void Rope::Apply(float* x, int rows, int heads, const RopeAngles& angles) const 
   ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int r) {
     const float* cos_t = angles.cos.data() + static_cast<size_t>(r) * half;
     const float* sin_t = angles.sin.data() + static_cast<size_t>(r) * half;
+    // One loop per pairing, so that each vectorises (the pair's indices no longer branch).
     for (int h = 0; h < heads; ++h) {
       float* v = x + (static_cast<size_t>(r) * heads + h) * head_dim_;
-      for (int i = 0; i < half; ++i) {
-        const int a = neox_ ? i : 2 * i;
-        const int b = neox_ ? i + half : 2 * i + 1;
-        const float x0 = v[a], x1 = v[b];
-        v[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        v[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      if (neox_) {
+        for (int i = 0; i < half; ++i) {
+          const float x0 = v[i], x1 = v[i + half];
+          v[i] = x0 * cos_t[i] - x1 * sin_t[i];
+          v[i + half] = x0 * sin_t[i] + x1 * cos_t[i];
+        }
+      } else {
+        for (int i = 0; i < half; ++i) {
+          const float x0 = v[2 * i], x1 = v[2 * i + 1];
+          v[2 * i] = x0 * cos_t[i] - x1 * sin_t[i];
+          v[2 * i + 1] = x0 * sin_t[i] + x1 * cos_t[i];
+        }
       }
     }
   });
@@ -107,7 +122,16 @@ void GeluTanhMul(float* gate, const float* up, size_t count) {
 }
 
 void AddInPlace(float* x, const float* y, size_t count) {
-  for (size_t i = 0; i < count; ++i) x[i] += y[i];
+  // A prompt's residual adds (rows x width floats) split over the threads; a decode step's
+  // few thousand take less time than a fork-join.
+  const auto add = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) x[i] += y[i];
+  };
+  if (count < 32768) {
+    add(0, count);
+  } else {
+    ParallelForRanges(count, add);
+  }
 }
 
 void AddScaledInPlace(float* x, const float* y, float scale, size_t count) {
