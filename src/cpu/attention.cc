@@ -244,9 +244,16 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
     std::vector<size_t> offsets(spans.size());
     for (size_t i = 0; i < spans.size(); ++i) {
       if (spans[i].rows < kRowsForTransposedKeys) continue;
-      offsets[i] = floats;
       // Sixteen spare columns: a part's last sixteen keys may reach past the last key.
-      floats += static_cast<size_t>(s_.n_kv_heads) * s_.head_dim * ((spans[i].end - spans[i].first + 15) / 16 * 16 + 16);
+      const size_t need =
+          static_cast<size_t>(s_.n_kv_heads) * s_.head_dim * ((spans[i].end - spans[i].first + 15) / 16 * 16 + 16);
+      // Past the cap (a long context's keys) the rows read the keys as stored: same bits.
+      if ((floats + need) * sizeof(float) > kMaxTransposedBytes) {
+        spans[i].rows = 0;
+        continue;
+      }
+      offsets[i] = floats;
+      floats += need;
     }
     // 64-byte aligned, as are the rows (ld a multiple of 16 floats): a 16-key load never
     // splits a cache line.

@@ -53,6 +53,9 @@ class Attention {
   // A sequence with at least this many rows in a pass has its keys transposed once for the
   // pass (TransposedKeys), which its rows' scores then read without horizontal sums.
   static constexpr int kRowsForTransposedKeys = 8;
+  // At most this much transposed keys per pass (per calling thread, kept between passes):
+  // 16 MiB holds 4096 keys of 8 KV heads of 128 dimensions.
+  static constexpr size_t kMaxTransposedBytes = size_t{16} << 20;
 
   // The keys one row attends to: n_keys from position `first`, in `parts` parts.
   struct RowKeys {
