@@ -345,7 +345,53 @@ INSTANTIATE_TEST_SUITE_P(
                       PromptCase{1, 2, 16, 16, 60, 9, 0},     // the fewest rows that transpose
                       PromptCase{2, 4, 48, 7, 30, 70, 50},    // window inside 7-token blocks
                       PromptCase{1, 5, 80, 16, 100, 33, 150}, // 4 + 1 heads, window past a part
-                      PromptCase{4, 2, 64, 32, 0, 8, 0}));    // a short prompt from the start
+                      PromptCase{4, 2, 64, 32, 0, 8, 0},      // a short prompt from the start
+                      PromptCase{2, 3, 64, 16, 200, 41, 150}));  // windows from key 51 on, 3 parts each
+
+// Several sequences in one pass, their rows interleaved: two with enough rows to transpose
+// (the second's keys stored after the first's), one with too few (read as stored).
+TEST(AttentionPromptTest, InterleavedSequencesEachEqualTheirRowsAlone) {
+  const AttentionShape shape{/*n_heads=*/6, /*n_kv_heads=*/2, /*head_dim=*/64, /*block_tokens=*/16, 0.125f};
+  const KvBlockLayout layout{/*n_layers=*/1, shape.n_kv_heads, shape.head_dim, shape.block_tokens};
+  const size_t row_floats = static_cast<size_t>(shape.n_heads) * shape.head_dim;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int first_position[3] = {70, 0, 100}, count[3] = {20, 9, 3};
+  std::vector<std::vector<float>> storage;
+  SequenceKv seqs[3];
+  for (int s = 0; s < 3; ++s) {
+    for (int b = 0; b <= (first_position[s] + count[s] - 1) / shape.block_tokens; ++b) {
+      storage.emplace_back(layout.block_floats());
+      for (float& v : storage.back()) v = dist(rng);
+    }
+  }
+  for (int s = 0, b = 0; s < 3; ++s) {
+    for (int i = 0; i <= (first_position[s] + count[s] - 1) / shape.block_tokens; ++i) seqs[s].blocks.push_back(storage[b++].data());
+  }
+  std::vector<int32_t> positions;
+  std::vector<const SequenceKv*> kv;
+  int next[3] = {0, 0, 0};
+  while (positions.size() < 32) {
+    for (int s = 0; s < 3; ++s) {
+      if (next[s] < count[s]) {
+        positions.push_back(first_position[s] + next[s]++);
+        kv.push_back(&seqs[s]);
+      }
+    }
+  }
+  const int rows = static_cast<int>(positions.size());
+  std::vector<float> q(rows * row_floats);
+  for (float& v : q) v = dist(rng);
+  const Attention attention(shape);
+  std::vector<float> together(q.size()), alone(q.size());
+  ThreadPool pool(2);
+  const ScopedThreadPool use(&pool);
+  attention.Run(q.data(), rows, positions.data(), kv, /*window=*/0, together.data());
+  for (int r = 0; r < rows; ++r) {
+    attention.Run(q.data() + r * row_floats, 1, &positions[r], {kv[r]}, 0, alone.data() + r * row_floats);
+  }
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(together[i], alone[i]) << "row " << i / row_floats;
+}
 
 }  // namespace
 }  // namespace hetero

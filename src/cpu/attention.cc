@@ -255,8 +255,8 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
       offsets[i] = floats;
       floats += need;
     }
-    // 64-byte aligned, as are the rows (ld a multiple of 16 floats): a 16-key load never
-    // splits a cache line.
+    // 64-byte aligned, as are the rows (ld a multiple of 16 floats): without a window, whose
+    // parts start anywhere, a 16-key load never splits a cache line.
     if (kt_storage.size() < floats + 16) kt_storage.resize(floats + 16);
     float* kt_base = kt_storage.data();
     while (reinterpret_cast<uintptr_t>(kt_base) % 64 != 0) ++kt_base;

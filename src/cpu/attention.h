@@ -57,7 +57,9 @@ class Attention {
   // pass (TransposedKeys), which its rows' scores then read without horizontal sums.
   static constexpr int kRowsForTransposedKeys = 8;
   // At most this much transposed keys per pass (per calling thread, kept between passes):
-  // 16 MiB holds 4096 keys of 8 KV heads of 128 dimensions.
+  // 16 MiB holds about 4000 keys of 8 KV heads of 128 dimensions (a sequence's span starts
+  // at its first key attended to, so a later chunk of a long prompt counts every key before
+  // it). Past it rows read the keys as stored: slower, same bits.
   static constexpr size_t kMaxTransposedBytes = size_t{16} << 20;
 
   // The keys one row attends to: n_keys from position `first`, in `parts` parts.

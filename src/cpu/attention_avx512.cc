@@ -23,6 +23,16 @@ inline __m128 SumFour(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), x));
 }
 
+// The 16 lanes' sum by SumFour's tree, spelled out: GCC's _mm512_reduce_add_ps happens to
+// use the same one, but clang leaves a reduction's order to the compiler.
+inline float SumTree(__m512 a) {
+  const __m256 s1 = _mm256_add_ps(_mm512_castps512_ps256(a),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));  // a[i] + a[i+8]
+  const __m128 s2 = _mm_add_ps(_mm256_castps256_ps128(s1), _mm256_extractf128_ps(s1, 1));         // s1[i] + s1[i+4]
+  const __m128 s3 = _mm_add_ps(s2, _mm_shuffle_ps(s2, s2, 0x4E));                                 // s2[i] + s2[i^2]
+  return _mm_cvtss_f32(_mm_add_ss(s3, _mm_shuffle_ps(s3, s3, 0x55)));                              // s3[0] + s3[1]
+}
+
 // Keys (or values) one after another through the paged blocks, without a division per key.
 struct KeyWalker {
   const float* const* blocks;
@@ -131,7 +141,7 @@ inline void WeightedValues(const float* p, size_t ld, int n, const KeyWalker& va
 
 
 // Transposed keys (DecodeQuery::kt): the same scores as ScoreFourKeys and the tail's
-// _mm512_reduce_add_ps, bit for bit, sixteen keys per vector and no horizontal sums.
+// SumTree, bit for bit, sixteen keys per vector and no horizontal sums.
 // Those compute, per (head, key), lane l's chain q[l] k[l], then + q[16c + l] k[16c + l]
 // fused for c = 1, 2, ..., and sum the 16 lanes by one fixed tree: s1[i] = a[i] + a[i + 8],
 // s2[i] = s1[i] + s1[i + 4], s3[i] = s2[i] + s2[i + 2], s3[0] + s3[1]. Here lane l's chain
@@ -289,7 +299,7 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out) {
       const float* q = query.q + static_cast<size_t>(h) * hd;
       __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(q), _mm512_loadu_ps(k));
       for (int c = 1; c < chunks; ++c) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * c), _mm512_loadu_ps(k + 16 * c), acc);
-      scores[h * ld + j] = _mm512_reduce_add_ps(acc) * query.scale;
+      scores[h * ld + j] = SumTree(acc) * query.scale;
     }
   }
   // Four heads at a time: each head's softmax numerators (16 scores at a time, the tail
