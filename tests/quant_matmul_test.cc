@@ -63,6 +63,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   portable.d.resize(a.d.size());
   portable.d_sum.resize(a.d.size());
   portable.q4_0_offsets.resize(a.d.size());
+  portable.q8_0_offsets.resize(a.d.size());
   portable.half_sums.resize(a.half_sums.size());
   portable.rows = s.m;
   portable.cols = s.k;
@@ -71,6 +72,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   EXPECT_EQ(a.d, portable.d);
   EXPECT_EQ(a.half_sums, portable.half_sums);
   EXPECT_EQ(a.q4_0_offsets, portable.q4_0_offsets);
+  EXPECT_EQ(a.q8_0_offsets, portable.q8_0_offsets);
 
   std::vector<float> y(static_cast<size_t>(s.m) * s.n);
   QuantMatmul(w, a, y.data(), s.n);

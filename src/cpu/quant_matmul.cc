@@ -289,6 +289,7 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   d.resize(n / kBlock);
   d_sum.resize(n / kBlock);
   q4_0_offsets.resize(n / kBlock);
+  q8_0_offsets.resize(n / kBlock);
   half_sums.resize(n / 16);
   const bool simd = HaveAvx512Vnni();
   if (simd) d_lanes.resize(n / kBlock * 8);
@@ -329,6 +330,7 @@ void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedA
       a.d[static_cast<size_t>(m) * nb + b] = d;
       a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
       a.q4_0_offsets[static_cast<size_t>(m) * nb + b] = -8 * sum;
+      a.q8_0_offsets[static_cast<size_t>(m) * nb + b] = -128 * sum;
     }
   }
 }

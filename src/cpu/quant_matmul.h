@@ -29,9 +29,11 @@ struct QuantizedActivations {
   std::vector<float> d;         // rows * cols / 32
   std::vector<float> d_sum;     // d[b] * sum(q of block b): the terms weight offsets multiply
   std::vector<int32_t> half_sums;  // sum(q) per 16 elements (Q6_K's per-16 scales need them)
-  // -8 * sum(q) per block: a Q4_0 block's zero point (8) times this block's sum, the start
-  // of the integer dot product, which then needs no float offset term.
+  // -8 * sum(q) and -128 * sum(q) per block: a Q4_0 block's zero point (8), or the bias of
+  // Q8_0 weights stored plus 128, times this block's sum: the start of the integer dot
+  // product, which then needs no float offset term.
   std::vector<int32_t> q4_0_offsets;
+  std::vector<int32_t> q8_0_offsets;
   // d repeated over 8 lanes per block, so the SIMD kernels load a block pair's scales as
   // one vector: rows * cols / 32 * 8 floats.
   std::vector<float> d_lanes;

@@ -75,6 +75,7 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
       a.d[static_cast<size_t>(m) * nb + b] = d;
       a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
       a.q4_0_offsets[static_cast<size_t>(m) * nb + b] = -8 * sum;
+      a.q8_0_offsets[static_cast<size_t>(m) * nb + b] = -128 * sum;
     }
   }
 }
@@ -193,8 +194,9 @@ namespace {
 // 16 outputs (one packed group) against R activation rows. Per block: the group's quants
 // are unpacked once (Q4: 4 loads, 8 masks/shifts; Q8_0: 8 loads of weights stored plus 128)
 // into 8 vectors; per row, 8 vpdpbusd with the row's signed activation words broadcast give
-// 16 exact int32 block dots, then one convert and two fused multiply-adds apply the scales
-// and the offset (Q4_1's minima, else -8 d or -128 d) times the activation block's sum. A
+// 16 exact int32 block dots (for Q4_0 and Q8_0 started at the zero point's or the bias's
+// -8 or -128 times the activation block's sum), then one convert and one fused multiply-add
+// apply the scales (Q4_1: a second adds its minima times the activation block's sum). A
 // row's arithmetic does not depend on R (integer sums are exact, the float steps run block
 // by block), so batching never changes a sequence's logits.
 template <TensorType T, int R>
@@ -203,20 +205,21 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
   const int nb = w.k / kBlock;
   const uint8_t* group_bytes = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
   const uint8_t* weights_end = w.packed_end();
-  // Q4_0: the zero point enters the integer dot product (which starts at -8 sum(x), exact),
-  // so a block costs one float multiply-add per row instead of two.
-  constexpr bool q4_0 = T == TensorType::kQ4_0;
+  // Q4_0 and Q8_0: the zero point (8) or the stored weights' bias (128) enters the integer
+  // dot product, which starts at -8 or -128 sum(x) (exact: |dot| < 2^24 either way), so a
+  // block costs one float multiply-add per row instead of two. Q4_1's minima stay in float.
+  constexpr bool integer_offset = T != TensorType::kQ4_1;
   const uint8_t* act[R];
   const float* d[R];
   const float* d_sum[R];
-  const int32_t* q4_0_offsets[R];
+  const int32_t* start[R];
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     act[r] = reinterpret_cast<const uint8_t*>(a.q.data()) + static_cast<size_t>(m0 + r) * a.cols;
     d[r] = a.d.data() + static_cast<size_t>(m0 + r) * nb;
     d_sum[r] = a.d_sum.data() + static_cast<size_t>(m0 + r) * nb;
-    q4_0_offsets[r] = a.q4_0_offsets.data() + static_cast<size_t>(m0 + r) * nb;
+    start[r] = (q8 ? a.q8_0_offsets : a.q4_0_offsets).data() + static_cast<size_t>(m0 + r) * nb;
     acc[r] = _mm512_setzero_ps();
   }
   const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
@@ -238,17 +241,15 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
     }
     const uint8_t* scales = group_bytes + at.scales;
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales)));
-    __m512 offset = _mm512_setzero_ps();  // multiplies the activation block's d * sum(q)
+    __m512 offset = _mm512_setzero_ps();  // Q4_1: multiplies the activation block's d * sum(q)
     if constexpr (T == TensorType::kQ4_1) {
       offset = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales + 32)));
-    } else if constexpr (q8) {
-      offset = _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f));
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const uint8_t* x = act[r] + b * kBlock;
       // Two independent chains shorten the dependency for small R; integer sums are exact.
-      __m512i dot0 = q4_0 ? _mm512_set1_epi32(q4_0_offsets[r][b]) : _mm512_setzero_si512();
+      __m512i dot0 = integer_offset ? _mm512_set1_epi32(start[r][b]) : _mm512_setzero_si512();
       __m512i dot1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) {
@@ -261,7 +262,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
       }
       const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(dot0, dot1));
       acc[r] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw, _mm512_set1_ps(d[r][b])), acc[r]);
-      if constexpr (!q4_0) acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d_sum[r][b]), acc[r]);
+      if constexpr (!integer_offset) acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d_sum[r][b]), acc[r]);
     }
   }
 #pragma GCC unroll 8
