@@ -171,10 +171,43 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionDecodeTest,
 // Rows of several sequences through Attention::Run: alone on two threads (every part of
 // a row an item of its own), all in one pass (a row per item), and without a pool give
 // the same bits, and match float64.
+// The relative RMS error of one row's output (all heads) against float64 softmax attention
+// over keys first..position of `seq`.
+double RowErrorAgainstFloat64(const AttentionShape& shape, const SequenceKv& seq, const float* q, int position,
+                              int window, const float* got) {
+  const KvBlockLayout layout{/*n_layers=*/1, shape.n_kv_heads, shape.head_dim, shape.block_tokens};
+  const int group = shape.n_heads / shape.n_kv_heads;
+  const int first = window > 0 ? std::max(0, position + 1 - window) : 0;
+  const auto at = [&](int j, bool values, int g) {
+    return seq.blocks[j / shape.block_tokens] + layout.Offset(0, values, g, j % shape.block_tokens);
+  };
+  double err = 0, norm = 0;
+  for (int h = 0; h < shape.n_heads; ++h) {
+    const int g = h / group;
+    const float* qh = q + h * shape.head_dim;
+    std::vector<double> s;
+    for (int j = first; j <= position; ++j) {
+      double dot = 0;
+      for (int d = 0; d < shape.head_dim; ++d) dot += static_cast<double>(qh[d]) * at(j, false, g)[d];
+      s.push_back(dot * shape.scale);
+    }
+    const double max = *std::max_element(s.begin(), s.end());
+    double sum = 0;
+    for (double& v : s) sum += (v = std::exp(v - max));
+    for (int d = 0; d < shape.head_dim; ++d) {
+      double want = 0;
+      for (int j = first; j <= position; ++j) want += s[j - first] / sum * at(j, true, g)[d];
+      const double out = got[h * shape.head_dim + d];
+      err += (out - want) * (out - want);
+      norm += want * want;
+    }
+  }
+  return std::sqrt(err / norm);
+}
+
 TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
   const AttentionShape shape{/*n_heads=*/6, /*n_kv_heads=*/2, /*head_dim=*/64, /*block_tokens=*/16, 0.125f};
   const KvBlockLayout layout{/*n_layers=*/1, shape.n_kv_heads, shape.head_dim, shape.block_tokens};
-  const int group = shape.n_heads / shape.n_kv_heads;
   const size_t row_floats = static_cast<size_t>(shape.n_heads) * shape.head_dim;
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -224,33 +257,10 @@ TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
       ASSERT_EQ(together[i], serial[i]) << "row " << i / row_floats;
     }
     for (int r = 0; r < rows; ++r) {
-      const int first = window > 0 ? std::max(0, positions[r] + 1 - window) : 0;
-      double err = 0, norm = 0;
-      for (int h = 0; h < shape.n_heads; ++h) {
-        const int g = h / group;
-        const float* qh = q.data() + r * row_floats + h * shape.head_dim;
-        std::vector<double> s;
-        for (int j = first; j <= positions[r]; ++j) {
-          const float* k = seqs[r].blocks[j / shape.block_tokens] + layout.Offset(0, false, g, j % shape.block_tokens);
-          double dot = 0;
-          for (int d = 0; d < shape.head_dim; ++d) dot += static_cast<double>(qh[d]) * k[d];
-          s.push_back(dot * shape.scale);
-        }
-        const double max = *std::max_element(s.begin(), s.end());
-        double sum = 0;
-        for (double& v : s) sum += (v = std::exp(v - max));
-        for (int d = 0; d < shape.head_dim; ++d) {
-          double want = 0;
-          for (int j = first; j <= positions[r]; ++j) {
-            want += s[j - first] / sum *
-                    seqs[r].blocks[j / shape.block_tokens][layout.Offset(0, true, g, j % shape.block_tokens) + d];
-          }
-          const double got = together[r * row_floats + h * shape.head_dim + d];
-          err += (got - want) * (got - want);
-          norm += want * want;
-        }
-      }
-      EXPECT_LT(std::sqrt(err / norm), 2e-6) << "position " << positions[r];
+      EXPECT_LT(RowErrorAgainstFloat64(shape, seqs[r], q.data() + r * row_floats, positions[r], window,
+                                       together.data() + r * row_floats),
+                2e-6)
+          << "position " << positions[r];
     }
   }
 }
@@ -305,32 +315,8 @@ TEST_P(AttentionPromptTest, RowsOfOnePromptEqualTheRowsAlone) {
   }
   double worst = 0;
   for (int r = 0; r < c.rows; r += 7) {
-    const int first = c.window > 0 ? std::max(0, positions[r] + 1 - c.window) : 0;
-    double err = 0, norm = 0;
-    for (int h = 0; h < shape.n_heads; ++h) {
-      const int g = h / c.group;
-      const float* qh = q.data() + r * row_floats + h * shape.head_dim;
-      std::vector<double> sc;
-      for (int j = first; j <= positions[r]; ++j) {
-        const float* k = seq.blocks[j / shape.block_tokens] + layout.Offset(0, false, g, j % shape.block_tokens);
-        double dot = 0;
-        for (int d = 0; d < shape.head_dim; ++d) dot += static_cast<double>(qh[d]) * k[d];
-        sc.push_back(dot * shape.scale);
-      }
-      const double max = *std::max_element(sc.begin(), sc.end());
-      double sum = 0;
-      for (double& v : sc) sum += (v = std::exp(v - max));
-      for (int d = 0; d < shape.head_dim; ++d) {
-        double want = 0;
-        for (int j = first; j <= positions[r]; ++j) {
-          want += sc[j - first] / sum * seq.blocks[j / shape.block_tokens][layout.Offset(0, true, g, j % shape.block_tokens) + d];
-        }
-        const double got = together[r * row_floats + h * shape.head_dim + d];
-        err += (got - want) * (got - want);
-        norm += want * want;
-      }
-    }
-    worst = std::max(worst, std::sqrt(err / norm));
+    worst = std::max(worst, RowErrorAgainstFloat64(shape, seq, q.data() + r * row_floats, positions[r], c.window,
+                                                   together.data() + r * row_floats));
   }
   EXPECT_LT(worst, 2e-6);
   if (!DetectCpu().avx512f || c.head_dim % 16 != 0) {
@@ -348,9 +334,10 @@ INSTANTIATE_TEST_SUITE_P(
                       PromptCase{4, 2, 64, 32, 0, 8, 0},      // a short prompt from the start
                       PromptCase{2, 3, 64, 16, 200, 41, 150}));  // windows from key 51 on, 3 parts each
 
-// Several sequences in one pass, their rows interleaved: two with enough rows to transpose
-// (the second's keys stored after the first's), one with too few (read as stored).
-TEST(AttentionPromptTest, InterleavedSequencesEachEqualTheirRowsAlone) {
+// Several sequences in one pass, each's rows consecutive (as a batch's prompt chunks are):
+// two with enough rows to transpose (the second's keys stored after the first's), one with
+// too few between them (read as stored); and the same rows interleaved (none transposed).
+TEST(AttentionPromptTest, SequencesInOnePassEachEqualTheirRowsAlone) {
   const AttentionShape shape{/*n_heads=*/6, /*n_kv_heads=*/2, /*head_dim=*/64, /*block_tokens=*/16, 0.125f};
   const KvBlockLayout layout{/*n_layers=*/1, shape.n_kv_heads, shape.head_dim, shape.block_tokens};
   const size_t row_floats = static_cast<size_t>(shape.n_heads) * shape.head_dim;
@@ -368,29 +355,33 @@ TEST(AttentionPromptTest, InterleavedSequencesEachEqualTheirRowsAlone) {
   for (int s = 0, b = 0; s < 3; ++s) {
     for (int i = 0; i <= (first_position[s] + count[s] - 1) / shape.block_tokens; ++i) seqs[s].blocks.push_back(storage[b++].data());
   }
-  std::vector<int32_t> positions;
-  std::vector<const SequenceKv*> kv;
-  int next[3] = {0, 0, 0};
-  while (positions.size() < 32) {
-    for (int s = 0; s < 3; ++s) {
-      if (next[s] < count[s]) {
-        positions.push_back(first_position[s] + next[s]++);
-        kv.push_back(&seqs[s]);
+  for (const bool interleaved : {false, true}) {
+    SCOPED_TRACE(interleaved ? "interleaved" : "consecutive");
+    std::vector<int32_t> positions;
+    std::vector<const SequenceKv*> kv;
+    int next[3] = {0, 0, 0};
+    while (positions.size() < 32) {
+      for (const int s : {0, 2, 1}) {
+        while (next[s] < count[s]) {
+          positions.push_back(first_position[s] + next[s]++);
+          kv.push_back(&seqs[s]);
+          if (interleaved) break;
+        }
       }
     }
+    const int rows = static_cast<int>(positions.size());
+    std::vector<float> q(rows * row_floats);
+    for (float& v : q) v = dist(rng);
+    const Attention attention(shape);
+    std::vector<float> together(q.size()), alone(q.size());
+    ThreadPool pool(2);
+    const ScopedThreadPool use(&pool);
+    attention.Run(q.data(), rows, positions.data(), kv, /*window=*/0, together.data());
+    for (int r = 0; r < rows; ++r) {
+      attention.Run(q.data() + r * row_floats, 1, &positions[r], {kv[r]}, 0, alone.data() + r * row_floats);
+    }
+    for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(together[i], alone[i]) << "row " << i / row_floats;
   }
-  const int rows = static_cast<int>(positions.size());
-  std::vector<float> q(rows * row_floats);
-  for (float& v : q) v = dist(rng);
-  const Attention attention(shape);
-  std::vector<float> together(q.size()), alone(q.size());
-  ThreadPool pool(2);
-  const ScopedThreadPool use(&pool);
-  attention.Run(q.data(), rows, positions.data(), kv, /*window=*/0, together.data());
-  for (int r = 0; r < rows; ++r) {
-    attention.Run(q.data() + r * row_floats, 1, &positions[r], {kv[r]}, 0, alone.data() + r * row_floats);
-  }
-  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(together[i], alone[i]) << "row " << i / row_floats;
 }
 
 }  // namespace

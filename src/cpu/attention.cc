@@ -55,7 +55,7 @@ void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out) {
 }
 
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
-                         float* out) {
+                         float* out, bool avx512) {
   absl::InlinedVector<float, 16> weight(parts);
   for (int h = 0; h < group; ++h) {
     float top = -std::numeric_limits<float>::infinity();
@@ -66,11 +66,18 @@ void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, 
       total += weight[p] * sum[p * group + h];
     }
     const float inv = 1.0f / total;
+    for (int p = 0; p < parts; ++p) weight[p] *= inv;
+    const float* first = outs + static_cast<size_t>(h) * head_dim;
+    const size_t part_stride = static_cast<size_t>(group) * head_dim;
     float* o = out + static_cast<size_t>(h) * head_dim;
+    if (avx512) {
+      WeightedPartsAvx512(parts, weight.data(), first, part_stride, head_dim, o);
+      continue;
+    }
     std::fill(o, o + head_dim, 0.0f);
     for (int p = 0; p < parts; ++p) {
-      const float w = weight[p] * inv;
-      const float* part = outs + (static_cast<size_t>(p) * group + h) * head_dim;
+      const float w = weight[p];
+      const float* part = first + p * part_stride;
       for (int d = 0; d < head_dim; ++d) o[d] += w * part[d];
     }
   }
@@ -92,13 +99,10 @@ bool HasAvx512() {
 }
 }  // namespace
 
+bool Attention::Simd() const { return HasAvx512() && s_.head_dim % 16 == 0; }
+
 void Attention::Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const {
-  const int group = s_.n_heads / s_.n_kv_heads;
-  if (HasAvx512() && s_.head_dim % 16 == 0) {
-    internal::MergeAttentionPartsAvx512(parts, group, s_.head_dim, outs, max, sum, out);
-  } else {
-    internal::MergeAttentionParts(parts, group, s_.head_dim, outs, max, sum, out);
-  }
+  internal::MergeAttentionParts(parts, s_.n_heads / s_.n_kv_heads, s_.head_dim, outs, max, sum, out, Simd());
 }
 
 void Attention::AttendPart(const float* q, const SequenceKv& kv, const TransposedKeys* kt, const RowKeys& keys,
@@ -107,7 +111,7 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const Transpose
   const int group = s_.n_heads / s_.n_kv_heads;
   // Offsets within one layer's region of a block (src/runtime/kv_layout.h).
   const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, hd, s_.block_tokens};
-  const bool simd = HasAvx512() && hd % 16 == 0;
+  const bool simd = Simd();
   const int first = keys.first + part * kKeysPerPart;
   const int n_keys = std::min(kKeysPerPart, keys.n_keys - part * kKeysPerPart);
   const int first_block = first / s_.block_tokens;
@@ -218,89 +222,79 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
     return;
   }
   const size_t row_floats = static_cast<size_t>(s_.n_heads) * s_.head_dim;
-  // Sequences with many rows here (a prompt) get their keys transposed once: each key is
-  // then read by every row, and the transposition costs about what one row's scores do.
-  absl::InlinedVector<TransposedKeys, 4> transposed;
-  absl::InlinedVector<int, 8> transposed_of(rows, -1);
-  thread_local std::vector<float> kt_storage;
-  if (HasAvx512() && s_.head_dim % 16 == 0) {
-    struct Span {
-      const SequenceKv* seq;
-      int rows, first, end;
-    };
-    absl::InlinedVector<Span, 4> spans;
-    for (int r = 0; r < rows; ++r) {
-      const RowKeys keys = KeysOf(positions[r], window);
-      size_t i = 0;
-      while (i < spans.size() && spans[i].seq != kv[r]) ++i;
-      if (i == spans.size()) spans.push_back(Span{kv[r], 0, keys.first, keys.first + keys.n_keys});
-      Span& span = spans[i];
-      ++span.rows;
-      span.first = std::min(span.first, keys.first);
-      span.end = std::max(span.end, keys.first + keys.n_keys);
-      transposed_of[r] = static_cast<int>(i);
-    }
-    size_t floats = 0;
-    std::vector<size_t> offsets(spans.size());
-    for (size_t i = 0; i < spans.size(); ++i) {
-      if (spans[i].rows < kRowsForTransposedKeys) continue;
-      // Sixteen spare columns: a part's last sixteen keys may reach past the last key.
-      const size_t need =
-          static_cast<size_t>(s_.n_kv_heads) * s_.head_dim * ((spans[i].end - spans[i].first + 15) / 16 * 16 + 16);
-      // Past the cap (a long context's keys) the rows read the keys as stored: same bits.
-      if ((floats + need) * sizeof(float) > kMaxTransposedBytes) {
-        spans[i].rows = 0;
-        continue;
-      }
-      offsets[i] = floats;
-      floats += need;
-    }
-    // 64-byte aligned, as are the rows (ld a multiple of 16 floats): without a window, whose
-    // parts start anywhere, a 16-key load never splits a cache line.
-    if (kt_storage.size() < floats + 16) kt_storage.resize(floats + 16);
-    float* kt_base = kt_storage.data();
-    while (reinterpret_cast<uintptr_t>(kt_base) % 64 != 0) ++kt_base;
-    transposed.resize(spans.size());
-    // Items: (sequence, KV head, 256 keys).
-    struct Item {
-      int span, g, first, n;
-    };
-    std::vector<Item> items;
-    constexpr int kKeysPerItem = 256;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      if (spans[i].rows < kRowsForTransposedKeys) continue;
-      const size_t ld = static_cast<size_t>(spans[i].end - spans[i].first + 15) / 16 * 16 + 16;
-      transposed[i] = TransposedKeys{kt_base + offsets[i], ld, spans[i].first};
-      for (int g = 0; g < s_.n_kv_heads; ++g) {
-        for (int k = spans[i].first; k < spans[i].end; k += kKeysPerItem) {
-          items.push_back(Item{static_cast<int>(i), g, k, std::min(kKeysPerItem, spans[i].end - k)});
-        }
-      }
-    }
-    const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, s_.head_dim, s_.block_tokens};
-    ParallelFor(static_cast<int>(items.size()), ThreadPool::Schedule::kDynamic, [&](int it) {
-      const Item& item = items[static_cast<size_t>(it)];
-      const TransposedKeys& t = transposed[static_cast<size_t>(item.span)];
-      float* head = kt_base + offsets[static_cast<size_t>(item.span)] +
-                    static_cast<size_t>(item.g) * s_.head_dim * t.ld;
-      const size_t column = static_cast<size_t>(item.first - t.first_key);
-      internal::TransposeKeysAvx512(spans[static_cast<size_t>(item.span)].seq->blocks.data(), s_.block_tokens,
-                                    layer.Offset(0, /*values=*/false, item.g, 0), s_.head_dim, item.first, item.n,
-                                    head + column, t.ld);
-      // The spare columns after a head's last key (read, never used, by a part's last sixteen).
-      if (item.first + item.n == spans[static_cast<size_t>(item.span)].end) {
-        for (int d = 0; d < s_.head_dim; ++d) {
-          std::fill(head + d * t.ld + column + item.n, head + (d + 1) * t.ld, 0.0f);
-        }
-      }
-    });
-  }
+  const std::vector<RowRun> runs = TransposeKeysOfRuns(rows, positions, kv, window);
   // Later rows of a prompt attend to more keys: dynamic scheduling balances them.
   ParallelFor(rows, ThreadPool::Schedule::kDynamic, [&](int r) {
-    const int t = transposed_of[static_cast<size_t>(r)];
-    const TransposedKeys* kt = t >= 0 && transposed[static_cast<size_t>(t)].kt != nullptr ? &transposed[static_cast<size_t>(t)] : nullptr;
+    const TransposedKeys* kt = nullptr;
+    for (const RowRun& run : runs) {
+      if (r >= run.begin && r < run.end) kt = &run.keys;
+    }
     RunRow(q + r * row_floats, positions[r], *kv[r], kt, window, out + r * row_floats);
   });
+}
+
+std::vector<Attention::RowRun> Attention::TransposeKeysOfRuns(int rows, const int32_t* positions,
+                                                              const std::vector<const SequenceKv*>& kv,
+                                                              int window) const {
+  std::vector<RowRun> runs;
+  if (!Simd() || rows < kRowsForTransposedKeys) return runs;  // a decode step: nothing to share
+  // Runs of consecutive rows of one sequence (a prompt chunk's rows are consecutive), each
+  // with the span of keys its rows attend to; ld: that span in whole 16-key vectors plus
+  // sixteen spare columns (a part's last sixteen keys may reach past the last key).
+  size_t floats = 0;
+  absl::InlinedVector<size_t, 4> offsets;  // each run's place in the storage, in floats
+  for (int begin = 0, end; begin < rows; begin = end) {
+    int first = KeysOf(positions[begin], window).first, last = positions[begin];
+    for (end = begin + 1; end < rows && kv[end] == kv[begin]; ++end) {
+      first = std::min(first, KeysOf(positions[end], window).first);
+      last = std::max(last, positions[end]);
+    }
+    if (end - begin < kRowsForTransposedKeys) continue;
+    const size_t ld = static_cast<size_t>(last + 1 - first + 15) / 16 * 16 + 16;
+    const size_t need = static_cast<size_t>(s_.n_kv_heads) * s_.head_dim * ld;
+    // Past the cap (a long context's keys) the rows read the keys as stored: same bits.
+    if ((floats + need) * sizeof(float) > kMaxTransposedBytes) continue;
+    runs.push_back(RowRun{begin, end, TransposedKeys{nullptr, ld, first}, last + 1});
+    offsets.push_back(floats);
+    floats += need;
+  }
+  if (runs.empty()) return runs;
+  // 64-byte aligned, as are the rows (ld a multiple of 16 floats): without a window, whose
+  // parts start anywhere, a 16-key load never splits a cache line. Kept per calling thread.
+  thread_local std::vector<float> storage;
+  if (storage.size() < floats + 16) storage.resize(floats + 16);
+  float* base = storage.data();
+  while (reinterpret_cast<uintptr_t>(base) % 64 != 0) ++base;
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].keys.kt = base + offsets[i];
+  // Items: (run, KV head, 256 keys).
+  struct Item {
+    int run, g, first, n;
+  };
+  absl::InlinedVector<Item, 16> items;
+  constexpr int kKeysPerItem = 256;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    for (int g = 0; g < s_.n_kv_heads; ++g) {
+      for (int k = runs[i].keys.first_key; k < runs[i].end_key; k += kKeysPerItem) {
+        items.push_back(Item{static_cast<int>(i), g, k, std::min(kKeysPerItem, runs[i].end_key - k)});
+      }
+    }
+  }
+  const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, s_.head_dim, s_.block_tokens};
+  ParallelFor(static_cast<int>(items.size()), ThreadPool::Schedule::kDynamic, [&](int it) {
+    const Item& item = items[static_cast<size_t>(it)];
+    const RowRun& run = runs[static_cast<size_t>(item.run)];
+    const TransposedKeys& t = run.keys;
+    float* head = t.kt + static_cast<size_t>(item.g) * s_.head_dim * t.ld;
+    const size_t column = static_cast<size_t>(item.first - t.first_key);
+    internal::TransposeKeysAvx512(kv[static_cast<size_t>(run.begin)]->blocks.data(), s_.block_tokens,
+                                  layer.Offset(0, /*values=*/false, item.g, 0), s_.head_dim, item.first, item.n,
+                                  head + column, t.ld);
+    // The spare columns after a head's last key (read, never used, by a part's last sixteen).
+    if (item.first + item.n == run.end_key) {
+      for (int d = 0; d < s_.head_dim; ++d) std::fill(head + d * t.ld + column + item.n, head + (d + 1) * t.ld, 0.0f);
+    }
+  });
+  return runs;
 }
 
 }  // namespace hetero

@@ -71,10 +71,21 @@ class Attention {
   // One sequence's keys first_key .. first_key + ld - 1 for one pass, transposed per KV head:
   // head g's key first_key + j, dimension d at kt[(g * head_dim + d) * ld + j].
   struct TransposedKeys {
-    const float* kt = nullptr;
+    float* kt = nullptr;
     size_t ld = 0;
     int first_key = 0;
   };
+  // Rows begin..end - 1 of a pass, one sequence's, and its keys transposed up to end_key.
+  struct RowRun {
+    int begin, end;
+    TransposedKeys keys;
+    int end_key;
+  };
+  // Transposes the keys of each run of kRowsForTransposedKeys or more consecutive rows of
+  // one sequence (within kMaxTransposedBytes); returns those runs (none for a decode step).
+  std::vector<RowRun> TransposeKeysOfRuns(int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
+                                          int window) const;
+  bool Simd() const;  // the AVX-512 kernels: the CPU has them and head_dim % 16 == 0
   RowKeys KeysOf(int position, int window) const;
   // KV head g's query heads over part `part` of the row's keys. `out`: group x head_dim;
   // max and sum: group floats each, or null when the row is one part (`out` normalised).

@@ -1,7 +1,6 @@
 // AVX-512 decode attention (attention.h's single-query path). This file alone is compiled
 // with -mavx512f -mfma; Attention checks the CPU first.
 #include <immintrin.h>
-#include <math.h>  // expf: a plain C call (an inline C++ wrapper would be emitted here with AVX-512)
 
 #include <cmath>
 
@@ -232,25 +231,17 @@ void TransposeKeysAvx512(const float* const* blocks, int block_tokens, size_t k_
   }
 }
 
-void MergeAttentionPartsAvx512(int parts, int group, int head_dim, const float* outs, const float* max,
-                               const float* sum, float* out) {
-  for (int h = 0; h < group; ++h) {
-    float top = -INFINITY;
-    for (int p = 0; p < parts; ++p) top = max[p * group + h] > top ? max[p * group + h] : top;
-    float total = 0.0f;
-    for (int p = 0; p < parts; ++p) total += expf(max[p * group + h] - top) * sum[p * group + h];
-    const float inv = 1.0f / total;
-    float* o = out + static_cast<size_t>(h) * head_dim;
-    for (int c = 0; c < head_dim; c += 64) {
-      const int w = head_dim - c >= 64 ? 4 : (head_dim - c) / 16;
-      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-      for (int p = 0; p < parts; ++p) {
-        const __m512 weight = _mm512_set1_ps(expf(max[p * group + h] - top) * inv);
-        const float* part = outs + (static_cast<size_t>(p) * group + h) * head_dim + c;
-        for (int u = 0; u < w; ++u) acc[u] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(part + 16 * u), acc[u]);
-      }
-      for (int u = 0; u < w; ++u) _mm512_storeu_ps(o + c + 16 * u, acc[u]);
+void WeightedPartsAvx512(int parts, const float* weights, const float* outs, size_t part_stride, int head_dim,
+                         float* out) {
+  for (int c = 0; c < head_dim; c += 64) {
+    const int w = head_dim - c >= 64 ? 4 : (head_dim - c) / 16;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int p = 0; p < parts; ++p) {
+      const __m512 weight = _mm512_set1_ps(weights[p]);
+      const float* part = outs + static_cast<size_t>(p) * part_stride + c;
+      for (int u = 0; u < w; ++u) acc[u] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(part + 16 * u), acc[u]);
     }
+    for (int u = 0; u < w; ++u) _mm512_storeu_ps(out + c + 16 * u, acc[u]);
   }
 }
 

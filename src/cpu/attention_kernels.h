@@ -45,12 +45,14 @@ void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
 // computed alone with part_max/part_sum set: part p's unnormalised outputs at
 // outs + p * group * head_dim, its maxima and sums at max + p * group, sum + p * group.
 // Merged in part order, so a row's result does not depend on which thread ran which part.
+// `avx512`: the weighted sums by WeightedPartsAvx512 (the CPU checked by the caller).
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
+                         float* out, bool avx512 = false);
+// MergeAttentionParts with `avx512` (head_dim a multiple of 16): the weighted sum of the
+// parts' outputs in AVX-512 fused multiply-adds (its bits differ from the portable sum's:
+// a process uses one of them). out = sum over p of weights[p] * outs[p * part_stride ..].
+void WeightedPartsAvx512(int parts, const float* weights, const float* outs, size_t part_stride, int head_dim,
                          float* out);
-// The same merge for a head_dim that is a multiple of 16, its sums in AVX-512 fused
-// multiply-adds (so its bits differ from the portable merge's: a process uses one of them).
-void MergeAttentionPartsAvx512(int parts, int group, int head_dim, const float* outs, const float* max,
-                               const float* sum, float* out);
 }  // namespace internal
 
 }  // namespace hetero
