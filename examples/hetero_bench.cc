@@ -2,7 +2,7 @@
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS]
 //                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB]
-//                [--expert-usage FILE] [--json]
+//                [--expert-usage FILE] [--json] [-v]
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
 //   hetero-bench --calibrate [-o PROFILE]     measure and write the scheduler's profile
@@ -42,6 +42,7 @@
 #include "hetero/version.h"
 #include "hetero/devices.h"
 #include "hetero/engine.h"
+#include "hetero/log.h"
 #include "absl/strings/str_split.h"
 #include "hetero/benchmark.h"
 #include "hetero/transfer.h"
@@ -232,6 +233,8 @@ int main(int argc, char** argv) {
       profile_path = argv[++i];
     } else if (a == "--bf16-min-rows") {
       next_int(bf16_min_rows);
+    } else if (a == "-v" || a == "--verbose") {
+      hetero::SetLogCallback(hetero::LogToStderr, hetero::LogLevel::kDebug);
     } else if (a == "--json") {
       json = true;
       agentic.json = true;
@@ -268,7 +271,7 @@ int main(int argc, char** argv) {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--expert-usage FILE] [--json]\n"
+                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--expert-usage FILE] [--json] [-v (debug log)]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl [--layers N|auto]] [--json] [--plot FILE.svg]\n"

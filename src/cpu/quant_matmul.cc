@@ -1,6 +1,7 @@
 #include "src/cpu/quant_matmul.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -8,6 +9,7 @@
 #include "src/cpu/cpu_features.h"
 #include "src/cpu/quant_blocks.h"
 #include "src/cpu/thread_pool.h"
+#include "src/cpu/weight_prefetch.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 
@@ -449,10 +451,35 @@ void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i
 
 }  // namespace
 
+namespace {
+
+// Products of this many activation rows or fewer are bound by reading their weights, and
+// time them for the prefetch tuner (weight_prefetch.h): decode's, one to a few sequences.
+constexpr int kMemoryBoundRows = 4;
+
+// Runs `loop` and, where it reads `bytes` of weights for few rows, reports how long it took.
+template <typename Loop>
+void TimeWeightRead(int rows, uint64_t bytes, Loop&& loop) {
+  if (rows > kMemoryBoundRows) {
+    loop();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  loop();
+  const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
+  internal::RecordWeightRead(bytes, static_cast<uint64_t>(took.count()));
+}
+
+uint64_t WeightBytes(const QuantizedWeights& w) { return static_cast<uint64_t>(w.n) * w.row_bytes; }
+
+}  // namespace
+
 // Outputs are split over threads; each thread streams its own weight rows once and meets
 // every activation row with them while they are in cache.
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
-  ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic, [&](int i) { RunWorkItem(w, a, i, y, ldy); });
+  TimeWeightRead(a.rows, WeightBytes(w), [&] {
+    ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic, [&](int i) { RunWorkItem(w, a, i, y, ldy); });
+  });
 }
 
 void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedActivations& a, bool dynamic) {
@@ -463,10 +490,18 @@ void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedAct
     total += WorkItems(*tasks[t].weights);
   }
   starts[tasks.size()] = total;
-  ParallelFor(total, dynamic ? ThreadPool::Schedule::kDynamic : ThreadPool::Schedule::kStatic, [&](int i) {
-    const size_t t = std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1;
-    const QuantMatmulTask& task = tasks[t];
-    RunWorkItem(*task.weights, task.activations != nullptr ? *task.activations : a, i - starts[t], task.y, task.ldy);
+  int rows = 0;
+  uint64_t bytes = 0;
+  for (const QuantMatmulTask& task : tasks) {
+    bytes += WeightBytes(*task.weights);
+    rows = std::max(rows, (task.activations != nullptr ? *task.activations : a).rows);
+  }
+  TimeWeightRead(rows, bytes, [&] {
+    ParallelFor(total, dynamic ? ThreadPool::Schedule::kDynamic : ThreadPool::Schedule::kStatic, [&](int i) {
+      const size_t t = std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1;
+      const QuantMatmulTask& task = tasks[t];
+      RunWorkItem(*task.weights, task.activations != nullptr ? *task.activations : a, i - starts[t], task.y, task.ldy);
+    });
   });
 }
 

@@ -82,7 +82,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
       unit_d = Halves(scales + 128);
     }
     for (int run = 0; run < kRuns; ++run) {
-      // Each run asks for its share of the unit kWeightPrefetchBytes on: an even trickle of
+      // Each run asks for its share of the unit weight_prefetch_bytes on: an even trickle of
       // requests rather than a burst per unit.
       PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, weights_end);
       const uint8_t* tile = unit + 256 * run;

@@ -11,28 +11,36 @@
 //  - Q4_0/Q4_1: a whole tile per block measured slower at 4 KiB (Q4_1 238 -> 201); one
 //    pair's unit per pair of blocks at 8 KiB (below), against the same build without:
 //    BM_QuantGemv Q4_1 +1-6% in eight of eight interleaved runs, decode -4% to +5% (noise).
-// The distance: 4 KiB until 2026-12-05; 8 KiB, with no request past the matrix's end, on the
-// two-core EPYC (a plain read there reaches 47 GB/s from the hardware prefetchers alone and
-// 86 GB/s with requests 16 KiB ahead), against the same build at 4 KiB, interleaved, tg128:
-// the default model's shape Q8_0 +11-23%, Q6_K +12-19%, Q4_K_M +2-11%; granite-shaped MoE
-// Q8_0 +10-20% (one round of three -16%, the machine slowing down). 8 KiB without the limit
-// had cost the MoE files (each expert is a separate allocation) and 16 KiB more so.
+// The distance: 4 KiB until 2026-12-05; then 8 KiB, with no request past the matrix's end
+// (on the two-core EPYC, against 4 KiB, interleaved, tg128: the default model's shape Q8_0
+// +11-23%, Q6_K +12-19%, Q4_K_M +2-11%; granite-shaped MoE Q8_0 +10-20%; 8 KiB without the
+// limit had cost the MoE files, each expert being a separate allocation). Since 2026-12-06
+// it is tuned while decode runs (prefetch_tuner.h), 8 KiB until the first probe has ended:
+// another VM of the same CPU model did best with none.
 #ifndef HETERO_CPU_WEIGHT_PREFETCH_H_
 #define HETERO_CPU_WEIGHT_PREFETCH_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 namespace hetero::internal {
 
-inline constexpr size_t kWeightPrefetchBytes = 8192;
+// How far ahead, in bytes; written by the tuner (prefetch_tuner.cc), read by the kernels.
+extern std::atomic<uint32_t> weight_prefetch_bytes;
 
-// The `bytes` that follow `at` + kWeightPrefetchBytes, one request per cache line, none at
+// Reports a memory-bound loop (decode's matrix products): `bytes` of weights read in
+// `nanoseconds`. Feeds the process's tuner, which may change weight_prefetch_bytes.
+void RecordWeightRead(uint64_t bytes, uint64_t nanoseconds);
+// Reads HETERO_PREFETCH_BYTES (a fixed distance, no tuning) before the first kernel runs.
+void InitWeightPrefetch();
+
+// The `bytes` that follow `at` + weight_prefetch_bytes, one request per cache line, none at
 // or past `end` (the end of the matrix's weights): past it lie other allocations, which a
 // mixture's small expert matrices would otherwise pull in by the kilobyte. (A prefetch
 // never faults; the limit is about bandwidth, not safety.)
 inline void PrefetchWeights(const uint8_t* at, size_t bytes, const uint8_t* end) {
-  const uint8_t* from = at + kWeightPrefetchBytes;
+  const uint8_t* from = at + weight_prefetch_bytes.load(std::memory_order_relaxed);
   if (from + bytes > end) bytes = from < end ? static_cast<size_t>(end - from) : 0;
   for (size_t line = 0; line < bytes; line += 64) __builtin_prefetch(from + line, 0, 3);
 }

@@ -1,0 +1,217 @@
+// The weight prefetch tuner (src/cpu/prefetch_tuner.h) on constructed machines: each
+// distance has a known read rate, scaled by drift and noise the test chooses.
+#include "src/cpu/prefetch_tuner.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "src/cpu/quant_matmul.h"
+#include "src/cpu/weight_prefetch.h"
+#include "src/runtime/fp16.h"
+
+namespace hetero::internal {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+PrefetchTuner::Options SmallOptions() {
+  PrefetchTuner::Options o;
+  o.candidates = {0, 4096, 8192, 16384};
+  o.initial = 8192;
+  o.block_bytes = 64 * kMiB;
+  o.probe_passes = 5;
+  o.settled_blocks = 40;
+  o.keep_margin = 0.03;
+  return o;
+}
+
+// A machine: the rate (bytes per ns) at a distance, times a factor for the n-th loop.
+struct Machine {
+  std::map<uint32_t, double> rate;
+  std::function<double(int loop)> factor = [](int) { return 1.0; };
+};
+
+// Feeds the tuner loops of `loop_bytes` until `probes` probes have finished; returns the
+// number of loops it took.
+int RunUntilProbes(PrefetchTuner& tuner, const Machine& machine, int probes, uint64_t loop_bytes = 3 * kMiB,
+                   int start_loop = 0) {
+  int loop = start_loop;
+  while (tuner.probes_finished() < probes) {
+    const double r = machine.rate.at(tuner.distance()) * machine.factor(loop);
+    tuner.Record(loop_bytes, static_cast<uint64_t>(static_cast<double>(loop_bytes) / r));
+    if (++loop - start_loop > 1'000'000) break;  // a tuner that never finishes fails below
+  }
+  return loop - start_loop;
+}
+
+TEST(PrefetchTunerTest, SettlesOnTheFastestDistance) {
+  for (const uint32_t fastest : {0u, 4096u, 8192u, 16384u}) {
+    PrefetchTuner tuner(SmallOptions());
+    Machine m{{{0, 25.0}, {4096, 25.0}, {8192, 25.0}, {16384, 25.0}}};
+    m.rate[fastest] = 28.0;
+    EXPECT_EQ(tuner.distance(), 0u) << "the probe starts at the first candidate";
+    EXPECT_TRUE(tuner.probing());
+    RunUntilProbes(tuner, m, 1);
+    ASSERT_EQ(tuner.probes_finished(), 1);
+    EXPECT_FALSE(tuner.probing());
+    EXPECT_EQ(tuner.chosen(), fastest);
+    EXPECT_EQ(tuner.distance(), fastest);
+    ASSERT_EQ(tuner.probe_rates().size(), 4u);
+  }
+}
+
+TEST(PrefetchTunerTest, EveryCandidateIsMeasuredOncePerPassInRotatingOrder) {
+  PrefetchTuner::Options o = SmallOptions();
+  o.probe_passes = 3;
+  PrefetchTuner tuner(o);
+  std::vector<uint32_t> order;
+  uint32_t last = tuner.distance();
+  order.push_back(last);
+  while (tuner.probing()) {
+    tuner.Record(o.block_bytes, 1000);  // one whole block per call
+    if (tuner.probing()) order.push_back(tuner.distance());
+  }
+  const std::vector<uint32_t> expected = {0, 4096, 8192, 16384, 4096, 8192, 16384, 0, 8192, 16384, 0, 4096};
+  EXPECT_EQ(order, expected);
+}
+
+TEST(PrefetchTunerTest, ADistanceChangesOnlyAtWholeBlocks) {
+  PrefetchTuner tuner(SmallOptions());
+  for (int i = 0; i < 63; ++i) EXPECT_EQ(tuner.Record(kMiB, 40'000), 0u) << i;  // 63 MiB of 64
+  EXPECT_EQ(tuner.Record(kMiB, 40'000), 4096u);
+}
+
+TEST(PrefetchTunerTest, DriftBetweenPassesDoesNotDecide) {
+  // 4096 is 4% faster than the rest. The machine's speed differs from pass to pass by up to
+  // 2x, and two of 8192's blocks are off by -15% and +20%. Compared raw, the median of
+  // 8192's rates falls in a faster pass than 4096's (1.08 against 1.04: 8192 would win);
+  // compared within each pass, 4096 wins in every pass but one.
+  const double pass_speed[] = {1.0, 1.5, 0.7, 1.3, 0.9};
+  PrefetchTuner::Options o = SmallOptions();
+  PrefetchTuner tuner(o);
+  int block = 0;
+  while (tuner.probing()) {
+    const int pass = block / 4;
+    const uint32_t d = tuner.distance();
+    double rate = 20.0 * pass_speed[pass] * (d == 4096 ? 1.04 : 1.0);
+    if (d == 8192 && pass == 0) rate *= 0.85;
+    if (d == 8192 && pass == 4) rate *= 1.2;
+    tuner.Record(o.block_bytes, static_cast<uint64_t>(static_cast<double>(o.block_bytes) / rate));
+    ++block;
+  }
+  EXPECT_EQ(tuner.chosen(), 4096u);
+}
+
+TEST(PrefetchTunerTest, SteadyDriftWithinPassesDoesNotDecide) {
+  // 4096 is 6% faster; the machine speeds up 10% over a pass (2.4% a block, so the order
+  // within a pass matters less than the 6%) for two and a half passes, then slows down.
+  PrefetchTuner tuner(SmallOptions());
+  Machine m{{{0, 20.0}, {4096, 21.2}, {8192, 20.0}, {16384, 20.0}}};
+  m.factor = [](int loop) { return loop < 160 ? std::pow(1.1, loop / 64.0) : std::pow(1.1, (320 - loop) / 64.0); };
+  RunUntilProbes(tuner, m, 1, 4 * kMiB);  // 16 loops a block, 64 a pass
+  EXPECT_EQ(tuner.chosen(), 4096u);
+}
+
+TEST(PrefetchTunerTest, OneStalledBlockDoesNotDecide) {
+  // 16384 is 5% faster, but one of its five blocks stalls at a tenth of the speed.
+  PrefetchTuner tuner(SmallOptions());
+  int calls_at_16384 = 0;
+  while (tuner.probing()) {
+    const uint32_t d = tuner.distance();
+    double rate = d == 16384 ? 21.0 : 20.0;
+    if (d == 16384 && ++calls_at_16384 <= 22) rate /= 10;  // its whole first block
+    tuner.Record(3 * kMiB, static_cast<uint64_t>(3.0 * kMiB / rate));
+  }
+  EXPECT_EQ(tuner.chosen(), 16384u);
+}
+
+TEST(PrefetchTunerTest, TheIncumbentStaysWithinTheMargin) {
+  // 0 is 2% faster than the initial 8192: within the 3% margin, so 8192 stays.
+  PrefetchTuner tuner(SmallOptions());
+  Machine m{{{0, 20.4}, {4096, 19.0}, {8192, 20.0}, {16384, 19.0}}};
+  RunUntilProbes(tuner, m, 1);
+  EXPECT_EQ(tuner.chosen(), 8192u);
+  // 5% is past it.
+  PrefetchTuner other(SmallOptions());
+  m.rate[0] = 21.0;
+  RunUntilProbes(other, m, 1);
+  EXPECT_EQ(other.chosen(), 0u);
+}
+
+TEST(PrefetchTunerTest, ProbesAgainAfterSettlingAndFollowsAChangedMachine) {
+  PrefetchTuner::Options o = SmallOptions();
+  PrefetchTuner tuner(o);
+  Machine m{{{0, 30.0}, {4096, 25.0}, {8192, 25.0}, {16384, 25.0}}};
+  const int first = RunUntilProbes(tuner, m, 1);
+  EXPECT_EQ(tuner.chosen(), 0u);
+  // Settled: the distance holds for settled_blocks blocks, whatever the machine does.
+  m.rate = {{0, 20.0}, {4096, 20.0}, {8192, 20.0}, {16384, 30.0}};
+  const uint64_t loop_bytes = o.block_bytes;  // one block per loop
+  for (int i = 0; i < o.settled_blocks - 1; ++i) {
+    EXPECT_EQ(tuner.Record(loop_bytes, static_cast<uint64_t>(loop_bytes / 20.0)), 0u) << i;
+  }
+  EXPECT_FALSE(tuner.probing());
+  tuner.Record(loop_bytes, static_cast<uint64_t>(loop_bytes / 20.0));
+  EXPECT_TRUE(tuner.probing()) << "a new probe after " << o.settled_blocks << " blocks";
+  RunUntilProbes(tuner, m, 2, 3 * kMiB, first);
+  EXPECT_EQ(tuner.chosen(), 16384u);
+}
+
+TEST(PrefetchTunerTest, DegenerateOptionsStillWork) {
+  PrefetchTuner::Options o;
+  o.candidates = {};
+  o.initial = 2048;
+  o.block_bytes = 0;
+  o.probe_passes = 0;
+  o.settled_blocks = 0;
+  PrefetchTuner tuner(o);
+  EXPECT_EQ(tuner.distance(), 2048u);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(tuner.Record(1, 1), 2048u);
+  EXPECT_GE(tuner.probes_finished(), 1);
+}
+
+// The distance moves prefetch requests only: every product's bits are the same at any.
+TEST(PrefetchTunerTest, KernelsGiveTheSameBitsAtEveryDistance) {
+  std::mt19937 rng(17);
+  for (const TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
+    const TensorTypeTraits& t = GetTensorTypeTraits(type);
+    const int n = 37, k = 512, m = 2;
+    std::vector<uint8_t> blocks(static_cast<size_t>(n) * (k / t.block_size) * t.type_size);
+    for (uint8_t& b : blocks) b = static_cast<uint8_t>(rng());
+    // Scales as small finite halves, wherever the format keeps them (the whole block is
+    // random otherwise: infinities or NaNs would compare unequal to themselves).
+    for (size_t off = 0; off < blocks.size(); off += t.type_size) {
+      const uint16_t d = Fp32ToFp16(0.01f);
+      const size_t at = type == TensorType::kQ6_K ? t.type_size - 2 : 0;
+      std::memcpy(blocks.data() + off + at, &d, 2);
+      if (type == TensorType::kQ4_K) std::memcpy(blocks.data() + off + 2, &d, 2);
+    }
+    const QuantizedWeights w = QuantizedWeights::FromBlocks(type, n, k, blocks.data());
+    std::vector<float> x(static_cast<size_t>(m) * k);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    for (float& v : x) v = dist(rng);
+    QuantizedActivations a;
+    a.Quantize(x.data(), m, k, k);
+    std::vector<std::vector<float>> results;
+    const uint32_t saved = weight_prefetch_bytes.load();
+    for (const uint32_t distance : {0u, 4096u, 16384u, 1u << 20}) {
+      weight_prefetch_bytes.store(distance);
+      std::vector<float> y(static_cast<size_t>(m) * n);
+      QuantMatmul(w, a, y.data(), n);
+      results.push_back(y);
+    }
+    weight_prefetch_bytes.store(saved);
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT_EQ(std::memcmp(results[0].data(), results[i].data(), results[0].size() * sizeof(float)), 0)
+          << TensorTypeName(type) << " distance " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hetero::internal
