@@ -6,6 +6,7 @@
 // for oneDNN and the bandwidth loop.
 #include <omp.h>
 
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -19,6 +20,11 @@
 
 namespace hetero {
 namespace {
+
+// The kernels' prefetch distance is tuned while products run (src/cpu/prefetch_tuner.h);
+// here it is fixed, so that a case's figure does not depend on which cases ran before it.
+// Set HETERO_PREFETCH_BYTES to measure another distance.
+[[maybe_unused]] const bool kPrefetchPinned = setenv("HETERO_PREFETCH_BYTES", "8192", /*overwrite=*/0) == 0;
 
 // Random blocks with every fp16 field set to 0.01 (random bytes there would be NaN or
 // subnormal too often, and subnormals are slow).

@@ -10,7 +10,6 @@
 #include "src/cpu/cpu_features.h"
 #include "src/cpu/lora_delta.h"
 #include "src/cpu/quant_matmul.h"
-#include "src/cpu/weight_prefetch.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/model_impl.h"
 #include "src/runtime/models/model_definition.h"
@@ -42,9 +41,7 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
       model_(model),
       config_(model.config()),
       options_(options),
-      pool_(std::make_unique<ThreadPool>(options.threads)) {
-  internal::InitWeightPrefetch();  // a pinned HETERO_PREFETCH_BYTES holds from the first prompt on
-}
+      pool_(std::make_unique<ThreadPool>(options.threads)) {}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
   if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 0) {

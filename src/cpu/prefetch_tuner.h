@@ -7,18 +7,20 @@
 // 32 GB/s, not 57) prefetching only the unit in hand beat 8 KiB by 10-28%. The distance
 // changes no result, only speed, so it can be tried live.
 //
-// How: memory-bound loops (decode's matrix products) report the weight bytes they read and
-// the time they took. Every candidate distance is tried for a block of `block_bytes` of
-// reads, in `probe_passes` passes (each pass starting one candidate further on, so a slow
-// drift of the machine does not favour whoever comes first). Each rate is taken relative to
-// its pass's mean (the machine's speed drifts between passes by more than the candidates
-// differ), and the candidate with the best median relative rate is kept for
-// `settled_blocks` blocks; then the probe runs again. The incumbent stays unless another
-// beats it by `keep_margin`. A probe reads 2.5 GB (about 27 tokens of a 92 MB model), three
-// quarters of it at distances that may be slower; then 256 GiB run at the chosen one.
+// How: memory-bound loops (decode's matrix products of a few rows) report the weight bytes
+// they read and the time they took. Every candidate distance is tried for a block of
+// `block_bytes` of reads, in `probe_passes` passes, each pass starting one candidate further
+// on (with as many passes as candidates, each candidate runs once at every position, so a
+// steady drift of the machine favours none). Each rate is taken relative to its pass's
+// mean (the machine's speed moves between passes by more than the candidates differ), and
+// the candidate with the best median relative rate is kept for `settled_blocks` blocks;
+// then the probe runs again. The incumbent stays unless another beats it by `keep_margin`.
+// A probe reads 16 blocks of 128 MiB (about 23 tokens of a 92 MB model), three quarters at
+// distances that may be slower; then 256 GiB run at the chosen one.
 #ifndef HETERO_CPU_PREFETCH_TUNER_H_
 #define HETERO_CPU_PREFETCH_TUNER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -28,21 +30,25 @@ class PrefetchTuner {
  public:
   struct Options {
     // Bytes ahead; 0 asks for the lines of the unit in hand (its second half ahead of use).
+    // Duplicates are dropped; `initial` is added if missing.
     std::vector<uint32_t> candidates = {0, 4096, 8192, 16384};
-    uint32_t initial = 8192;         // the distance before the first probe has ended
+    // The distance chosen until the first probe has ended (products not being measured run
+    // at chosen()), and the incumbent that probe must beat.
+    uint32_t initial = 8192;
     uint64_t block_bytes = 128ull << 20;
-    int probe_passes = 5;
+    int probe_passes = 4;
     int settled_blocks = 2048;
-    double keep_margin = 0.03;       // the incumbent stays unless beaten by more than this
+    double keep_margin = 0.03;
   };
 
   explicit PrefetchTuner(Options options);
 
   // One memory-bound loop read `bytes` of weights in `nanoseconds` at distance(). Returns
-  // the distance to use from now on.
+  // the distance to measure next. While settled only the bytes count (toward the next probe).
   uint32_t Record(uint64_t bytes, uint64_t nanoseconds);
 
-  uint32_t distance() const { return distance_; }
+  // The distance the next measured loop should run at: the probe's candidate, or chosen().
+  uint32_t distance() const { return probing_ ? options_.candidates[ProbeIndex()] : chosen_; }
   // The distance the last finished probe chose; `initial` until one has finished.
   uint32_t chosen() const { return chosen_; }
   bool probing() const { return probing_; }
@@ -54,11 +60,10 @@ class PrefetchTuner {
  private:
   void StartProbe();
   void FinishProbe();
-  // The candidate the probe's current block measures.
-  uint32_t ProbeCandidate() const;
+  // The index of the candidate the probe's current block measures.
+  size_t ProbeIndex() const;
 
   Options options_;
-  uint32_t distance_;
   uint32_t chosen_;
   bool probing_ = true;
   int probes_finished_ = 0;

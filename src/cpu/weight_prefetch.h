@@ -16,7 +16,7 @@
 // +11-23%, Q6_K +12-19%, Q4_K_M +2-11%; granite-shaped MoE Q8_0 +10-20%; 8 KiB without the
 // limit had cost the MoE files, each expert being a separate allocation). Since 2026-12-06
 // it is tuned while decode runs (prefetch_tuner.h), 8 KiB until the first probe has ended:
-// another VM of the same CPU model did best with none.
+// another VM of the same CPU model did best with only the unit in hand.
 #ifndef HETERO_CPU_WEIGHT_PREFETCH_H_
 #define HETERO_CPU_WEIGHT_PREFETCH_H_
 
@@ -26,14 +26,23 @@
 
 namespace hetero::internal {
 
-// How far ahead, in bytes; written by the tuner (prefetch_tuner.cc), read by the kernels.
+// How far ahead, in bytes; set by PlanWeightRead (prefetch_tuner.cc), read by the kernels.
 extern std::atomic<uint32_t> weight_prefetch_bytes;
 
-// Reports a memory-bound loop (decode's matrix products): `bytes` of weights read in
-// `nanoseconds`. Feeds the process's tuner, which may change weight_prefetch_bytes.
+// Products of this many activation rows or fewer are bound by reading their weights.
+inline constexpr int kMemoryBoundRows = 4;
+
+enum class WeightReadPlan {
+  kUntimed,  // run it; nothing to report
+  kTimed,    // time it and RecordWeightRead: the tuner is measuring this distance
+  kCounted,  // run it and CountWeightRead its bytes (settled: they bring the next probe)
+};
+// Before a product of `rows` activation rows: sets the distance its kernels use (the
+// probe's candidate for a memory-bound product while the tuner probes, else the chosen
+// one) and says what to report after it.
+WeightReadPlan PlanWeightRead(int rows);
 void RecordWeightRead(uint64_t bytes, uint64_t nanoseconds);
-// Reads HETERO_PREFETCH_BYTES (a fixed distance, no tuning) before the first kernel runs.
-void InitWeightPrefetch();
+void CountWeightRead(uint64_t bytes);
 
 // The `bytes` that follow `at` + weight_prefetch_bytes, one request per cache line, none at
 // or past `end` (the end of the matrix's weights): past it lie other allocations, which a
