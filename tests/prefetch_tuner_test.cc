@@ -181,7 +181,7 @@ TEST(PrefetchTunerTest, DegenerateOptionsStillWork) {
 // The distance moves prefetch requests only: every product's bits are the same at any.
 // The group kernels are called directly (QuantMatmul would set the distance itself).
 TEST(PrefetchTunerTest, KernelsGiveTheSameBitsAtEveryDistance) {
-  if (!QuantMatmulUsesAvx512()) GTEST_SKIP() << "only the AVX-512 kernels prefetch";
+  if (!QuantMatmulUsesAvx512()) GTEST_SKIP() << "this CPU (or HETERO_CPU_ISA) has no AVX-512 VNNI, and only the AVX-512 kernels prefetch: no distance to vary";
   std::mt19937 rng(17);
   for (const TensorType type : {TensorType::kQ4_0, TensorType::kQ8_0, TensorType::kQ4_K, TensorType::kQ6_K}) {
     const TensorTypeTraits& t = GetTensorTypeTraits(type);

@@ -98,7 +98,6 @@ namespace {
 struct ProcessTuner {
   std::mutex mu;
   PrefetchTuner tuner{PrefetchTuner::Options{}};
-  uint64_t block_bytes = PrefetchTuner::Options{}.block_bytes;
   bool off = false;
   // Mirrors of the tuner's state, read without the lock by every product.
   std::atomic<bool> probing{true};
@@ -190,7 +189,7 @@ void RecordWeightRead(uint64_t bytes, uint64_t nanoseconds) {
 
 void CountWeightRead(uint64_t bytes) {
   ProcessTuner& t = Tuner();
-  if (t.settled_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes < t.block_bytes) return;
+  if (t.settled_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes < t.tuner.block_bytes()) return;
   std::lock_guard<std::mutex> lock(t.mu);
   const uint64_t counted = t.settled_bytes.exchange(0, std::memory_order_relaxed);
   if (t.tuner.probing() || counted == 0) return;

@@ -3,8 +3,8 @@
 //
 // Why at run time: the best distance is a property of the machine on the day, not of the
 // CPU model. On one two-core AMD EPYC VM 8 KiB ahead beat 4 KiB by 11-23% in Q8_0 decode;
-// on another (the same CPU model, its memory shared with busier neighbours: a plain read at
-// 32 GB/s, not 57) prefetching only the unit in hand beat 8 KiB by 10-28%. The distance
+// on another day (the same CPU model, its memory slower: a plain read at 32 GB/s, not 57)
+// prefetching only the unit in hand beat 8 KiB by 10-28%. The distance
 // changes no result, only speed, so it can be tried live.
 //
 // How: memory-bound loops (decode's matrix products of a few rows) report the weight bytes
@@ -56,6 +56,7 @@ class PrefetchTuner {
   // The last finished probe's median rate per candidate relative to its passes' means.
   const std::vector<double>& probe_rates() const { return probe_rates_; }
   const std::vector<uint32_t>& candidates() const { return options_.candidates; }
+  uint64_t block_bytes() const { return options_.block_bytes; }
 
  private:
   void StartProbe();

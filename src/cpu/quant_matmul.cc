@@ -449,9 +449,6 @@ void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i
   }
 }
 
-}  // namespace
-
-namespace {
 
 // Runs `loop` at the prefetch distance the tuner plans for a product of `rows` rows, and
 // reports what it asks for: the time of a loop it measures, the bytes of the others.
