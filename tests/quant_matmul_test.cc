@@ -65,6 +65,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   portable.q4_0_offsets.resize(a.d.size());
   portable.q8_0_offsets.resize(a.d.size());
   portable.half_sums.resize(a.half_sums.size());
+  portable.q6_k_half_offsets.resize(a.half_sums.size());
   portable.rows = s.m;
   portable.cols = s.k;
   internal::QuantizeRowsPortable(x.data(), s.m, s.k, s.k, portable);
@@ -73,6 +74,7 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   EXPECT_EQ(a.half_sums, portable.half_sums);
   EXPECT_EQ(a.q4_0_offsets, portable.q4_0_offsets);
   EXPECT_EQ(a.q8_0_offsets, portable.q8_0_offsets);
+  EXPECT_EQ(a.q6_k_half_offsets, portable.q6_k_half_offsets);
 
   std::vector<float> y(static_cast<size_t>(s.m) * s.n);
   QuantMatmul(w, a, y.data(), s.n);

@@ -34,6 +34,8 @@ struct QuantizedActivations {
   // product, which then needs no float offset term.
   std::vector<int32_t> q4_0_offsets;
   std::vector<int32_t> q8_0_offsets;
+  // -32 * half_sums: a Q6_K half's code bias (32) times its sum, the start of its dot product.
+  std::vector<int32_t> q6_k_half_offsets;
   // d repeated over 8 lanes per block, so the SIMD kernels load a block pair's scales as
   // one vector: rows * cols / 32 * 8 floats.
   std::vector<float> d_lanes;
@@ -180,6 +182,12 @@ namespace internal {
 struct PackedUnitLayout {
   int runs = 0;           // runs of 32 columns: 1, or 8 for a super-block
   int hi_planes = 0;      // code bits above the low nibble: 0, 1 or 2
+  // How those bits are stored per run: 64-bit masks, one per plane and tile vector (bit
+  // 4 lane + i), which a masked add of 16 or 32 applies; or, for two bits (Q6_K), as pairs:
+  // two 64-byte vectors, the first for tile vectors 0-3 and the second for 4-7, whose byte
+  // 4 lane + i holds tile vector v's two bits at bits 2 (v % 4), so that a shift and one
+  // bitwise merge apply them (half the instructions of the masks).
+  bool hi_pairs = false;
   size_t hi_at = 0;       // byte offsets inside the unit
   size_t scales_at = 0;
   size_t bytes = 0;       // whole cache lines

@@ -72,6 +72,8 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
       const int sum = first_half + _mm512_reduce_add_epi32(i1);
       a.half_sums[base / 16] = first_half;
       a.half_sums[base / 16 + 1] = sum - first_half;
+      a.q6_k_half_offsets[base / 16] = -32 * first_half;
+      a.q6_k_half_offsets[base / 16 + 1] = -32 * (sum - first_half);
       a.d[static_cast<size_t>(m) * nb + b] = d;
       a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
       a.q4_0_offsets[static_cast<size_t>(m) * nb + b] = -8 * sum;

@@ -84,7 +84,17 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
           wq[t] = _mm256_and_si256(packed, low_nibbles);
           wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
         }
-        if constexpr (kHi > 0) {
+        if constexpr (T == TensorType::kQ6_K) {  // bits 4 and 5 stored as pairs (PackedUnitLayout)
+          const uint8_t* pairs = unit + layout.hi_at + static_cast<size_t>(run) * 128 + 32 * half;
+          const __m256i bits45 = _mm256_set1_epi8(0x30);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i p = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs + 64 * h));
+            wq[4 * h] = _mm256_or_si256(wq[4 * h], _mm256_and_si256(_mm256_slli_epi16(p, 4), bits45));
+            wq[4 * h + 1] = _mm256_or_si256(wq[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(p, 2), bits45));
+            wq[4 * h + 2] = _mm256_or_si256(wq[4 * h + 2], _mm256_and_si256(p, bits45));
+            wq[4 * h + 3] = _mm256_or_si256(wq[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(p, 2), bits45));
+          }
+        } else if constexpr (kHi > 0) {
           const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * kHi * 64;
           for (int v = 0; v < 8; ++v) {
             uint32_t bits;

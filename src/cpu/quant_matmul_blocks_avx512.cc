@@ -50,6 +50,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
   const float* d[R];
   const float* d_sum[R];
   const int32_t* half_sums[R];
+  const int32_t* q6_k_starts[R];
   __m512 acc[R];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -58,6 +59,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
     d[r] = a.d.data() + static_cast<size_t>(m0 + r) * nb;
     d_sum[r] = a.d_sum.data() + static_cast<size_t>(m0 + r) * nb;
     half_sums[r] = a.half_sums.data() + static_cast<size_t>(m0 + r) * nb * 2;
+    q6_k_starts[r] = a.q6_k_half_offsets.data() + static_cast<size_t>(m0 + r) * nb * 2;
     acc[r] = _mm512_setzero_ps();
   }
   const __m512i low_nibbles = _mm512_set1_epi8(0x0F);
@@ -93,7 +95,19 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
         wq[t] = _mm512_and_si512(packed, low_nibbles);
         wq[t + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
       }
-      if constexpr (kHi > 0) {
+      if constexpr (T == TensorType::kQ6_K) {  // bits 4 and 5 stored as pairs (PackedUnitLayout)
+        const uint8_t* pairs = unit + layout.hi_at + static_cast<size_t>(run) * 128;
+        const __m512i bits45 = _mm512_set1_epi8(0x30);
+        constexpr int kOr = 0xF8;  // a | (b & c)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m512i p = _mm512_load_si512(pairs + 64 * h);
+          wq[4 * h] = _mm512_ternarylogic_epi32(wq[4 * h], _mm512_slli_epi16(p, 4), bits45, kOr);
+          wq[4 * h + 1] = _mm512_ternarylogic_epi32(wq[4 * h + 1], _mm512_slli_epi16(p, 2), bits45, kOr);
+          wq[4 * h + 2] = _mm512_ternarylogic_epi32(wq[4 * h + 2], p, bits45, kOr);
+          wq[4 * h + 3] = _mm512_ternarylogic_epi32(wq[4 * h + 3], _mm512_srli_epi16(p, 2), bits45, kOr);
+        }
+      } else if constexpr (kHi > 0) {
         const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * kHi * 64;
 #pragma GCC unroll 8
         for (int v = 0; v < 8; ++v) {
@@ -149,10 +163,12 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
         // Q6_K and Q3_K: the codes' bias times the halves' activation sums starts the dot
         // products, so no subtraction follows them.
         __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
-        if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
-          constexpr int kBias = T == TensorType::kQ6_K ? 32 : 4;
-          dot0 = _mm512_set1_epi32(-kBias * half_sums[r][2 * b]);
-          dot1 = _mm512_set1_epi32(-kBias * half_sums[r][2 * b + 1]);
+        if constexpr (T == TensorType::kQ6_K) {  // -32 * the halves' sums, stored ready
+          dot0 = _mm512_set1_epi32(q6_k_starts[r][2 * b]);
+          dot1 = _mm512_set1_epi32(q6_k_starts[r][2 * b + 1]);
+        } else if constexpr (T == TensorType::kQ3_K) {
+          dot0 = _mm512_set1_epi32(-4 * half_sums[r][2 * b]);
+          dot1 = _mm512_set1_epi32(-4 * half_sums[r][2 * b + 1]);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
