@@ -31,8 +31,9 @@ inline __m512 SignedBytes(const uint8_t* p) {
 }
 
 // 16 outputs against R activation rows. Per run of 32 columns the group's codes are
-// rebuilt once into 8 vectors of unsigned bytes (low nibbles, plus 16 and 32 under the
-// higher bits' masks, or the IQ4 grid level + 128 by a byte shuffle), then every row meets
+// rebuilt once into 8 vectors of unsigned bytes (low nibbles, plus 16 under the fifth bit's
+// masks, or Q6_K's bits 4 and 5 merged from their pairs, or the IQ4 grid level + 128 by a
+// byte shuffle), then every row meets
 // them with 8 vpdpbusd on broadcast activation words, as in the Q4 kernel. The scales are
 // applied per run (per half for Q6_K) in float; the codes' bias meets the activation sums.
 // A row's arithmetic does not depend on R, so batching never changes a sequence's logits.
