@@ -388,6 +388,17 @@ int main(int argc, char** argv) {
   };
   report(absl::StrFormat("pp%d", prompt), pp_rates);
   report(absl::StrFormat("tg%d", gen), tg_rates);
+  out["decode_weight_bytes"] = measured->decode_weight_bytes;
+  if (!tg_rates.empty()) {
+    // Decode's weight reads per second: set against the memory's bandwidth, how near decode
+    // is to its bound.
+    const double gb_per_s = Summarize(tg_rates).median * static_cast<double>(measured->decode_weight_bytes) / 1e9;
+    out[absl::StrFormat("tg%d", gen)]["weight_gb_s_median"] = gb_per_s;
+    if (!json) {
+      std::printf("decode reads %.1f MB of weights per token (file bytes): %.1f GB/s at tg%d's median\n",
+                  static_cast<double>(measured->decode_weight_bytes) / 1e6, gb_per_s, gen);
+    }
+  }
   for (const auto& [batch, rates] : measured->batched_decode_tokens_per_s) {
     if (std::find(batches.begin(), batches.end(), batch) != batches.end()) {
       report(absl::StrFormat("tg%d_b%d", gen, batch), rates);

@@ -413,6 +413,62 @@ TEST(ModelConfigTest, ExtraTensorsAreReportedNotRejected) {
   EXPECT_THAT((*model)->unused_tensors(), ::testing::ElementsAre("blk.0.mystery.weight"));
 }
 
+// What one decode step reads: all of a tied model (its embedding is the output matrix), one
+// embedding row of an untied one, the chosen share (2 of 4) of the routed experts, and
+// nothing of a tensor the architecture does not use. Expected values come from the tensor
+// list and the "_exps" naming, not from the model definition the library counts with.
+TEST(ModelConfigTest, DecodeWeightBytesCountWhatOneTokenReads) {
+  auto bytes_of = [](const Model& m, const std::string& name) {
+    for (const TensorSummary& t : m.tensors()) {
+      if (t.name == name) return t.n_bytes;
+    }
+    ADD_FAILURE() << "no tensor " << name;
+    return uint64_t{0};
+  };
+  auto all_bytes = [](const Model& m) {
+    uint64_t sum = 0;
+    for (const TensorSummary& t : m.tensors()) sum += t.n_bytes;
+    return sum;
+  };
+  TinyModelOptions o;
+  o.n_vocab = 91;
+  auto tied = LoadTiny(o, "decode_bytes_tied.gguf");
+  ASSERT_TRUE(tied.ok()) << tied.status();
+  EXPECT_EQ((*tied)->decode_weight_bytes(), all_bytes(**tied));
+
+  o.tied_embeddings = false;
+  o.weight_type = TensorType::kQ8_0;
+  auto untied = LoadTiny(o, "decode_bytes_untied.gguf");
+  ASSERT_TRUE(untied.ok()) << untied.status();
+  const uint64_t embd = bytes_of(**untied, "token_embd.weight");
+  EXPECT_EQ((*untied)->decode_weight_bytes(), all_bytes(**untied) - embd + embd / 91);
+
+  TinyModelOptions moe;
+  moe.architecture = "olmoe";
+  moe.n_experts = 4;
+  moe.n_experts_used = 2;
+  moe.weight_type = TensorType::kQ4_0;
+  testing::GgufBuilder with_extra = TinyModelBuilder(moe);
+  with_extra.AddTensorF32("blk.0.mystery.weight", {4}, {1, 2, 3, 4});
+  auto routed = Model::Load(WriteTempFile(with_extra.Build(), "decode_bytes_moe.gguf"));
+  ASSERT_TRUE(routed.ok()) << routed.status();
+  uint64_t expected = 0;
+  int expert_tensors = 0;
+  for (const TensorSummary& t : (*routed)->tensors()) {
+    if (t.name == "blk.0.mystery.weight") continue;
+    if (t.name.find("_exps.weight") != std::string::npos) {
+      ASSERT_EQ(t.n_bytes % 4, 0u);
+      expected += t.n_bytes / 4 * 2;
+      ++expert_tensors;
+    } else {
+      expected += t.n_bytes;
+    }
+  }
+  EXPECT_EQ(expert_tensors, 3 * moe.n_layers);
+  EXPECT_EQ((*routed)->decode_weight_bytes(), expected);
+  EXPECT_LT((*routed)->decode_weight_bytes(), all_bytes(**routed));
+}
+
 TEST(ModelPathTest, LookupOrder) {
   const std::string tiny = WriteTinyModel(TinyModelOptions{}, "lookup.gguf");
   ::unsetenv("HETERO_MODEL");

@@ -40,6 +40,7 @@ struct BackendBenchmarkResult {
   std::string backend;        // the backend's description
   std::string weight_format;  // how it holds the matrices
   uint64_t weight_bytes = 0;  // memory the prepared model holds beyond the mapped file (a GPU: all it holds)
+  uint64_t decode_weight_bytes = 0;  // Model::decode_weight_bytes: what one decode step reads
   std::vector<double> prefill_tokens_per_s;  // one per repetition
   std::vector<double> decode_tokens_per_s;
   std::vector<std::pair<int, std::vector<double>>> batched_decode_tokens_per_s;  // (batch, runs)

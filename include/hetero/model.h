@@ -89,6 +89,13 @@ class HETERO_EXPORT Model {
   uint32_t gguf_version() const;
   const std::vector<TensorSummary>& tensors() const;
   uint64_t parameter_count() const;
+  // The weight bytes, as stored in the file, that one decode step of one sequence reads:
+  // every tensor the architecture uses, but of the token embedding one row (unless it is
+  // also the output matrix, read whole), and of a mixture of experts' routed expert tensors
+  // the chosen share (n_experts_used of n_experts). Decode's tokens/s times this is the rate
+  // at which weights are read; set against the memory's bandwidth it says how near decode is
+  // to its bound (hetero-bench prints it).
+  uint64_t decode_weight_bytes() const;
   // Tensors in the file that the architecture does not use (kept, not an error).
   const std::vector<std::string>& unused_tensors() const;
 

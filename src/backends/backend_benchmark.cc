@@ -84,6 +84,7 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
   result.backend = b.info().name;
   result.weight_format = b.info().weight_format;
   result.weight_bytes = b.info().weight_bytes;
+  result.decode_weight_bytes = model->decode_weight_bytes();
 
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first warms up and is dropped
     if (o.prompt_tokens > 0) {

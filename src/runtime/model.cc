@@ -1,7 +1,10 @@
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "hetero/model.h"
@@ -43,6 +46,39 @@ absl::StatusOr<std::string> ResolveModelPath(const std::string& explicit_path) {
   return absl::NotFoundError(message);
 }
 
+namespace {
+
+// Model::decode_weight_bytes of a validated file.
+uint64_t DecodeWeightBytes(const GgufFile& file, const ModelDefinition& definition,
+                           const std::vector<std::string>& unused_tensors) {
+  struct Share {
+    int used, count;
+  };
+  absl::flat_hash_map<std::string, Share> routed;  // expert tensors: the chosen share
+  for (const LayerDefinition& layer : definition.layers) {
+    const ExpertsDefinition& e = layer.experts;
+    if (!e.present() || e.count < 1) continue;
+    for (const std::string* name : {&e.gate, &e.up, &e.down}) routed[*name] = Share{e.used, e.count};
+  }
+  const absl::flat_hash_set<std::string> unused(unused_tensors.begin(), unused_tensors.end());
+  uint64_t bytes = 0;
+  for (const GgufTensorInfo& t : file.tensors()) {
+    const std::string name(t.name);
+    if (unused.contains(name)) continue;
+    if (name == definition.token_embd && definition.output != definition.token_embd) {
+      const int64_t rows = t.dims.size() > 1 ? t.dims[1] : 1;  // a lookup reads one row
+      bytes += t.n_bytes / static_cast<uint64_t>(std::max<int64_t>(rows, 1));
+    } else if (auto it = routed.find(name); it != routed.end()) {
+      bytes += t.n_bytes / static_cast<uint64_t>(it->second.count) * static_cast<uint64_t>(it->second.used);
+    } else {
+      bytes += t.n_bytes;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
@@ -65,6 +101,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
                                           t.n_elements, t.n_bytes});
     impl->parameter_count += t.n_elements;
   }
+  impl->decode_weight_bytes = DecodeWeightBytes(*impl->gguf, impl->definition, impl->unused_tensors);
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
 
@@ -74,6 +111,7 @@ uint64_t Model::file_size() const { return impl_->gguf->file_size(); }
 uint32_t Model::gguf_version() const { return impl_->gguf->version(); }
 const std::vector<TensorSummary>& Model::tensors() const { return impl_->tensors; }
 uint64_t Model::parameter_count() const { return impl_->parameter_count; }
+uint64_t Model::decode_weight_bytes() const { return impl_->decode_weight_bytes; }
 const std::vector<std::string>& Model::unused_tensors() const { return impl_->unused_tensors; }
 
 }  // namespace hetero

@@ -20,6 +20,7 @@ struct Model::Impl {
   std::vector<TensorSummary> tensors;
   std::vector<std::string> unused_tensors;
   uint64_t parameter_count = 0;
+  uint64_t decode_weight_bytes = 0;  // Model::decode_weight_bytes
 };
 
 }  // namespace hetero
