@@ -150,8 +150,7 @@ void PrintText(const hetero::Model& model, const std::map<std::string, TypeStats
   std::printf("parameters:       %llu (%.1f M)\n",
               static_cast<unsigned long long>(model.parameter_count()),
               static_cast<double>(model.parameter_count()) / 1e6);
-  std::printf("decode reads:     %.1f MB of weights per token (the token embedding's one row; the chosen experts' share)\n",
-              static_cast<double>(model.decode_weight_bytes()) / 1e6);
+  std::printf("decode reads:     %.1f MB of weights per token\n", static_cast<double>(model.decode_weight_bytes()) / 1e6);
   std::printf("types:\n");
   for (const auto& [name, s] : types) {
     std::printf("  %-8s %4d tensors  %12llu elements  %8.2f MiB  (%.2f bits/weight)\n",
