@@ -40,7 +40,7 @@ def run(cmd):
 def hetero(args, path):
     out = json.loads(run([args.hetero_bench, "-m", path, "-p", str(args.p), "-n", str(args.n), "-t", str(args.t),
                           "-r", str(args.r), "--json"]))
-    return out[f"pp{args.p}"]["tok_s_median"], out[f"tg{args.n}"]["tok_s_median"], out.get("decode_weight_bytes", 0)
+    return out[f"pp{args.p}"]["tok_s_median"], out[f"tg{args.n}"]["tok_s_median"], out.get("decode_weight_bytes")
 
 
 def llama(args, path):
@@ -85,7 +85,10 @@ def main():
         lt = statistics.median(x[1] for x in results[f]["l"])
         print(f"| {os.path.basename(f)} | {hp:.1f} | {lp:.1f} | {hp / lp:.2f}x | {ht:.1f} | {lt:.1f} | {ht / lt:.2f}x |")
     # What bounds decode: the weights one token reads (hetero's count, the same file for
-    # both) times each side's median tok/s, to set against the memory's bandwidth.
+    # both) times each side's median tok/s, to set against the memory's bandwidth. An older
+    # hetero-bench does not report the count: no table then, rather than zeros.
+    if any(results[f]["h"][-1][2] is None for f in args.files):
+        return
     print(f"\nDecode's weight reads (the file's bytes a token reads, times the median tg{args.n}):\n")
     print("| file | MB per token | hetero GB/s | llama.cpp GB/s |")
     print("|---|---|---|---|")

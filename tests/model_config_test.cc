@@ -443,30 +443,39 @@ TEST(ModelConfigTest, DecodeWeightBytesCountWhatOneTokenReads) {
   const uint64_t embd = bytes_of(**untied, "token_embd.weight");
   EXPECT_EQ((*untied)->decode_weight_bytes(), all_bytes(**untied) - embd + embd / 91);
 
-  TinyModelOptions moe;
-  moe.architecture = "olmoe";
-  moe.n_experts = 4;
-  moe.n_experts_used = 2;
-  moe.weight_type = TensorType::kQ4_0;
-  testing::GgufBuilder with_extra = TinyModelBuilder(moe);
-  with_extra.AddTensorF32("blk.0.mystery.weight", {4}, {1, 2, 3, 4});
-  auto routed = Model::Load(WriteTempFile(with_extra.Build(), "decode_bytes_moe.gguf"));
-  ASSERT_TRUE(routed.ok()) << routed.status();
-  uint64_t expected = 0;
-  int expert_tensors = 0;
-  for (const TensorSummary& t : (*routed)->tensors()) {
-    if (t.name == "blk.0.mystery.weight") continue;
-    if (t.name.find("_exps.weight") != std::string::npos) {
-      ASSERT_EQ(t.n_bytes % 4, 0u);
-      expected += t.n_bytes / 4 * 2;
-      ++expert_tensors;
-    } else {
-      expected += t.n_bytes;
+  // 3 of 8 routed experts (a share no other plausible formula gives); qwen2moe's shared
+  // expert and its gate are read whole, as every token runs them.
+  for (const std::string architecture : {"olmoe", "qwen2moe"}) {
+    SCOPED_TRACE(architecture);
+    TinyModelOptions moe;
+    moe.architecture = architecture;
+    moe.n_experts = 8;
+    moe.n_experts_used = 3;
+    moe.n_ff_expert = 32;
+    if (architecture == "qwen2moe") moe.n_ff_shared = 64;
+    moe.weight_type = TensorType::kQ4_0;
+    testing::GgufBuilder with_extra = TinyModelBuilder(moe);
+    with_extra.AddTensorF32("blk.0.mystery.weight", {4}, {1, 2, 3, 4});
+    auto routed = Model::Load(WriteTempFile(with_extra.Build(), "decode_bytes_" + architecture + ".gguf"));
+    ASSERT_TRUE(routed.ok()) << routed.status();
+    uint64_t expected = 0;
+    int expert_tensors = 0, shared_tensors = 0;
+    for (const TensorSummary& t : (*routed)->tensors()) {
+      if (t.name == "blk.0.mystery.weight") continue;
+      if (t.name.find("_exps.weight") != std::string::npos) {
+        ASSERT_EQ(t.n_bytes % 8, 0u);
+        expected += t.n_bytes / 8 * 3;
+        ++expert_tensors;
+      } else {
+        shared_tensors += t.name.find("_shexp") != std::string::npos;
+        expected += t.n_bytes;
+      }
     }
+    EXPECT_EQ(expert_tensors, 3 * moe.n_layers);
+    EXPECT_EQ(shared_tensors, architecture == "qwen2moe" ? 4 * moe.n_layers : 0);
+    EXPECT_EQ((*routed)->decode_weight_bytes(), expected);
+    EXPECT_LT((*routed)->decode_weight_bytes(), all_bytes(**routed));
   }
-  EXPECT_EQ(expert_tensors, 3 * moe.n_layers);
-  EXPECT_EQ((*routed)->decode_weight_bytes(), expected);
-  EXPECT_LT((*routed)->decode_weight_bytes(), all_bytes(**routed));
 }
 
 TEST(ModelPathTest, LookupOrder) {

@@ -90,8 +90,9 @@ struct QuantizedWeights {
   // Rows from packed_rows on (n % 16 of them) are read from `blocks`.
   // The other formats (quant_blocks.h) pack into units of one block (or super-block) of
   // columns per 16 rows: per run of 32 columns the low 4 bits of the codes in the same
-  // interleaved tile, then per run the higher code bits as byte masks (one 64-bit mask per
-  // tile vector and bit), then the format's scales regrouped by row (PackedUnitLayout).
+  // interleaved tile, then per run the higher code bits (one 64-bit mask per tile vector
+  // for the fifth bit; Q6_K's two as pairs, PackedUnitLayout::hi_pairs), then the format's
+  // scales regrouped by row (PackedUnitLayout).
   std::vector<CacheLine, UninitializedAllocator<CacheLine>> packed;
   int packed_rows = 0;
   // The packed copy as bytes (tiles span several cache lines).

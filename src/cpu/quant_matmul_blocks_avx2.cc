@@ -94,16 +94,13 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
             wq[4 * h + 2] = _mm256_or_si256(wq[4 * h + 2], _mm256_and_si256(p, bits45));
             wq[4 * h + 3] = _mm256_or_si256(wq[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(p, 2), bits45));
           }
-        } else if constexpr (kHi > 0) {
-          const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * kHi * 64;
+        } else if constexpr (kHi > 0) {  // one plane (the Q5 formats): a mask per tile vector
+          static_assert(kHi == 1, "two planes are stored as pairs");
+          const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * 64;
           for (int v = 0; v < 8; ++v) {
             uint32_t bits;
             std::memcpy(&bits, masks + 8 * v + 4 * half, 4);
             wq[v] = _mm256_or_si256(wq[v], ExpandBits(bits, _mm256_set1_epi8(16)));
-            if constexpr (kHi > 1) {
-              std::memcpy(&bits, masks + 64 + 8 * v + 4 * half, 4);
-              wq[v] = _mm256_or_si256(wq[v], ExpandBits(bits, _mm256_set1_epi8(32)));
-            }
           }
         }
         __m256 scale, scale_hi = _mm256_setzero_ps(), offset = _mm256_setzero_ps(), offset_hi = _mm256_setzero_ps();

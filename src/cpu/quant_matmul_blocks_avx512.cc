@@ -108,17 +108,14 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
           wq[4 * h + 2] = _mm512_ternarylogic_epi32(wq[4 * h + 2], p, bits45, kOr);
           wq[4 * h + 3] = _mm512_ternarylogic_epi32(wq[4 * h + 3], _mm512_srli_epi16(p, 2), bits45, kOr);
         }
-      } else if constexpr (kHi > 0) {
-        const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * kHi * 64;
+      } else if constexpr (kHi > 0) {  // one plane (the Q5 formats): a mask per tile vector
+        static_assert(kHi == 1, "two planes are stored as pairs");
+        const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * 64;
 #pragma GCC unroll 8
         for (int v = 0; v < 8; ++v) {
           uint64_t bits;
           std::memcpy(&bits, masks + 8 * v, 8);
           wq[v] = _mm512_mask_add_epi8(wq[v], _cvtu64_mask64(bits), wq[v], _mm512_set1_epi8(16));
-          if constexpr (kHi > 1) {
-            std::memcpy(&bits, masks + 64 + 8 * v, 8);
-            wq[v] = _mm512_mask_add_epi8(wq[v], _cvtu64_mask64(bits), wq[v], _mm512_set1_epi8(32));
-          }
         }
       }
       if constexpr (Iq4(T)) {
