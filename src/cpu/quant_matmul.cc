@@ -109,7 +109,7 @@ PackedUnitLayout GetPackedUnitLayout(TensorType type) {
     case TensorType::kIQ4_NL: l.runs = 1; scale_bytes = 32; break;
     case TensorType::kQ4_K: l.runs = 8; scale_bytes = 8 * 16 * 2 + 64; break;  // scales, minima; d, dmin
     case TensorType::kQ5_K: l.runs = 8; l.hi_planes = 1; scale_bytes = 8 * 16 * 2 + 64; break;
-    case TensorType::kQ6_K: l.runs = 8; l.hi_planes = 2; l.hi_pairs = true; scale_bytes = 16 * 16 + 32; break;  // per half; d
+    case TensorType::kQ6_K: l.runs = 8; l.hi_planes = 2; scale_bytes = 16 * 16 + 32; break;  // per half; d
     case TensorType::kIQ4_XS: l.runs = 8; scale_bytes = 8 * 16 + 32; break;  // per run; d
     // 3 and 2 code bits in 4: units 1.35x and 1.76x the file's bytes, still far below a bf16
     // copy (4.7x, 6.1x) and 100x faster than reading the blocks one row at a time.
@@ -182,7 +182,7 @@ void PackBlockFormat(QuantizedWeights& w, const QuantizedWeights::PackedSourceFn
           }
           // Higher bits, as pairs (see PackedUnitLayout): tile vector v (v < 4: low nibbles,
           // else high), byte 4 lane + i of vector v / 4, bits 2 (v % 4) and up.
-          if (l.hi_pairs) {
+          if (l.hi_planes == 2) {
             uint8_t* pairs = unit + l.hi_at + static_cast<size_t>(r) * 128;
             for (int v = 0; v < 8; ++v) {
               for (int i = 0; i < 4; ++i) {
@@ -192,7 +192,7 @@ void PackBlockFormat(QuantizedWeights& w, const QuantizedWeights::PackedSourceFn
             }
           }
           // Or as masks: plane p, tile vector v, bit 4 lane + i.
-          for (int p = 0; p < (l.hi_pairs ? 0 : l.hi_planes); ++p) {
+          for (int p = 0; p < (l.hi_planes == 2 ? 0 : l.hi_planes); ++p) {
             uint8_t* masks = unit + l.hi_at + (static_cast<size_t>(r) * l.hi_planes + p) * 64;
             for (int v = 0; v < 8; ++v) {
               uint64_t mask;

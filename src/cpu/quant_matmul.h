@@ -91,7 +91,7 @@ struct QuantizedWeights {
   // The other formats (quant_blocks.h) pack into units of one block (or super-block) of
   // columns per 16 rows: per run of 32 columns the low 4 bits of the codes in the same
   // interleaved tile, then per run the higher code bits (one 64-bit mask per tile vector
-  // for the fifth bit; Q6_K's two as pairs, PackedUnitLayout::hi_pairs), then the format's
+  // for the fifth bit; Q6_K's two as pairs, PackedUnitLayout), then the format's
   // scales regrouped by row (PackedUnitLayout).
   std::vector<CacheLine, UninitializedAllocator<CacheLine>> packed;
   int packed_rows = 0;
@@ -183,12 +183,11 @@ namespace internal {
 struct PackedUnitLayout {
   int runs = 0;           // runs of 32 columns: 1, or 8 for a super-block
   int hi_planes = 0;      // code bits above the low nibble: 0, 1 or 2
-  // How those bits are stored per run: 64-bit masks, one per plane and tile vector (bit
-  // 4 lane + i), which a masked add of 16 or 32 applies; or, for two bits (Q6_K), as pairs:
-  // two 64-byte vectors, the first for tile vectors 0-3 and the second for 4-7, whose byte
-  // 4 lane + i holds tile vector v's two bits at bits 2 (v % 4), so that a shift and one
-  // bitwise merge apply them (half the instructions of the masks).
-  bool hi_pairs = false;
+  // Stored per run: one plane as a 64-bit mask per tile vector (bit 4 lane + i), which a
+  // masked add of 16 applies; two planes (Q6_K) as pairs: two 64-byte vectors, the first
+  // for tile vectors 0-3 and the second for 4-7, whose byte 4 lane + i holds tile vector
+  // v's two bits at bits 2 (v % 4), so that a shift and one bitwise merge apply them (half
+  // the instructions of two masks).
   size_t hi_at = 0;       // byte offsets inside the unit
   size_t scales_at = 0;
   size_t bytes = 0;       // whole cache lines

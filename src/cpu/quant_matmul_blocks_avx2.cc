@@ -84,7 +84,7 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
           wq[t] = _mm256_and_si256(packed, low_nibbles);
           wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
         }
-        if constexpr (T == TensorType::kQ6_K) {  // bits 4 and 5 stored as pairs (PackedUnitLayout)
+        if constexpr (kHi == 2) {  // Q6_K's bits 4 and 5, stored as pairs (PackedUnitLayout)
           const uint8_t* pairs = unit + layout.hi_at + static_cast<size_t>(run) * 128 + 32 * half;
           const __m256i bits45 = _mm256_set1_epi8(0x30);
           for (int h = 0; h < 2; ++h) {

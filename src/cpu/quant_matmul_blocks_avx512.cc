@@ -96,7 +96,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
         wq[t] = _mm512_and_si512(packed, low_nibbles);
         wq[t + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low_nibbles);
       }
-      if constexpr (T == TensorType::kQ6_K) {  // bits 4 and 5 stored as pairs (PackedUnitLayout)
+      if constexpr (kHi == 2) {  // Q6_K's bits 4 and 5, stored as pairs (PackedUnitLayout)
         const uint8_t* pairs = unit + layout.hi_at + static_cast<size_t>(run) * 128;
         const __m512i bits45 = _mm512_set1_epi8(0x30);
         constexpr int kOr = 0xF8;  // a | (b & c)
