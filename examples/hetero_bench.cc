@@ -173,7 +173,7 @@ int RunSessions(const std::string& model_path, int sessions, int gen, int thread
 
 int main(int argc, char** argv) {
   std::string model_path, device = "cpu", precision_name = "auto";
-  int prompt = 512, gen = 128, threads = std::max(1, hetero::QueryDevices().cpu.usable_cpus), reps = 5, bf16_min_rows = 0;
+  int prompt = 512, gen = 128, depth = 0, threads = std::max(1, hetero::QueryDevices().cpu.usable_cpus), reps = 5, bf16_min_rows = 0;
   bool json = false;
   bool calibrate = false;
   bool gen_given = false;
@@ -204,6 +204,8 @@ int main(int argc, char** argv) {
     } else if (a == "-n") {
       next_int(gen);
       gen_given = true;
+    } else if (a == "-d") {
+      next_int(depth);
     } else if (a == "-t") {
       next_int(threads);
       threads_given = true;
@@ -270,7 +272,7 @@ int main(int argc, char** argv) {
     } else if (a == "--limit") {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
-      std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS] "
+      std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [--device cpu|gpu] [-r REPS] "
                   "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--expert-usage FILE] [--json] [-v|--verbose (debug log)]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
@@ -350,6 +352,7 @@ int main(int argc, char** argv) {
   }
   options.prompt_tokens = prompt;
   options.generate_tokens = gen;
+  options.depth_tokens = depth;
   options.batches = batches;
   options.repetitions = reps;
   // The calibration's batched decode runs at 8 sequences (the scheduler's sharing model).
@@ -378,25 +381,30 @@ int main(int argc, char** argv) {
   if (!json) {
     std::printf("hetero-bench %s | %s | %s | %s\n", hetero::VersionString(), resolved->c_str(), info.name.c_str(),
                 info.weight_format.c_str());
-    std::printf("%-8s %12s %12s %12s\n", "test", "tok/s", "min", "max");
+    std::printf("%-12s %12s %12s %12s\n", "test", "tok/s", "min", "max");
   }
   auto report = [&](const std::string& name, const std::vector<double>& rates) {
     if (rates.empty()) return;
     const Stats s = Summarize(rates);
     out[name] = {{"tok_s_median", s.median}, {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"runs", rates}};
-    if (!json) std::printf("%-8s %12.2f %12.2f %12.2f\n", name.c_str(), s.median, s.min, s.max);
+    if (!json) std::printf("%-12s %12.2f %12.2f %12.2f\n", name.c_str(), s.median, s.min, s.max);
   };
-  report(absl::StrFormat("pp%d", prompt), pp_rates);
-  report(absl::StrFormat("tg%d", gen), tg_rates);
+  // At a depth, llama-bench's "pp512 @ d4096" is named pp512_d4096 (a JSON key without spaces).
+  const std::string at_depth = depth > 0 ? absl::StrFormat("_d%d", depth) : "";
+  const std::string tg_name = absl::StrFormat("tg%d", gen) + at_depth;
+  if (depth > 0) out["depth"] = depth;
+  report(absl::StrFormat("pp%d", prompt) + at_depth, pp_rates);
+  report(tg_name, tg_rates);
   out["decode_weight_bytes"] = measured->decode_weight_bytes;
   if (!tg_rates.empty()) {
     // Decode's weight reads per second: set against the memory's bandwidth, how near decode
     // is to its bound.
     const double gb_per_s = Summarize(tg_rates).median * static_cast<double>(measured->decode_weight_bytes) / 1e9;
-    out[absl::StrFormat("tg%d", gen)]["weight_gb_s_median"] = gb_per_s;
+    out[tg_name]["weight_gb_s_median"] = gb_per_s;
     if (!json) {
-      std::printf("decode reads %.1f MB of weights per token (file bytes): %.1f GB/s at tg%d's median\n",
-                  static_cast<double>(measured->decode_weight_bytes) / 1e6, gb_per_s, gen);
+      std::printf("decode reads %.1f MB of weights per token (file bytes%s): %.1f GB/s at %s's median\n",
+                  static_cast<double>(measured->decode_weight_bytes) / 1e6,
+                  depth > 0 ? "; the KV cache's reads come on top" : "", gb_per_s, tg_name.c_str());
     }
   }
   for (const auto& [batch, rates] : measured->batched_decode_tokens_per_s) {

@@ -38,6 +38,17 @@ j = json.load(open(sys.argv[1]))
 assert j["pp16"]["tok_s_median"] > 0 and j["tg4"]["tok_s_median"] > 0, j
 ' "$tmp/bench.json"
 
+# At a depth (llama-bench's -d): the tests start from a sequence already holding 600
+# tokens, deep enough for decode's whole-part attention items; their names say the depth.
+"$bench" -t 2 -p 8 -n 4 -d 600 -r 1 --json >"$tmp/bench_depth.json"
+check "hetero-bench -d" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["depth"] == 600 and "pp8" not in j and "tg4" not in j, j
+assert j["pp8_d600"]["tok_s_median"] > 0 and j["tg4_d600"]["tok_s_median"] > 0, j
+assert j["tg4_d600"]["weight_gb_s_median"] > 0, j
+' "$tmp/bench_depth.json"
+
 expect_error() {
   local name="$1" substring="$2" tool="$3"; shift 3
   "$tool" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
@@ -54,6 +65,7 @@ expect_error bad_precision "unknown cpu_precision 'int3' (accepted: auto, f32, b
 expect_error missing_model "not found" "$gen" -m /no/such.gguf -p x
 expect_error bench_gpu "device 'gpu' is not available" "$bench" --device gpu
 expect_error bench_option "unknown option '--bogus'" "$bench" --bogus
+expect_error bench_depth "option -d needs a non-negative integer" "$bench" -d -5
 expect_error bench_soak "--soak needs a duration of at least 1 second" "$bench" --soak 0
 
 # The agentic benchmark: every policy on two suite questions, JSON rows, an SVG plot.

@@ -3,6 +3,9 @@
 //   pp<P>: one prefill of P tokens into an empty sequence;
 //   tg<N>: N greedy decode steps of one sequence (the choice made where the backend decodes);
 //   tg<N>_b<B>: B sequences (8 prompt tokens each) decoded together, aggregate tokens/s.
+// With a depth D (llama-bench's -d), pp and tg start from a sequence already holding D
+// tokens (prefilled, not timed): decode at a long context reads the KV cache as well as
+// the weights.
 #ifndef HETERO_BENCHMARK_H_
 #define HETERO_BENCHMARK_H_
 
@@ -25,6 +28,7 @@ struct BackendBenchmarkOptions {
   int bf16_min_rows = 0;             // CPU: prompt rows from which the bf16 GEMM is used; 0: default
   int prompt_tokens = 512;           // 0: no pp test
   int generate_tokens = 128;         // 0: no tg tests
+  int depth_tokens = 0;              // context before the pp and tg tests (not the batched ones)
   std::vector<int> batches;          // batched decode sizes
   int repetitions = 5;               // each after one warm-up run that is not counted
   uint32_t seed = 42;                // of the random tokens

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -60,12 +61,31 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const Model& model, const B
   return std::unique_ptr<Backend>(std::move(backend));
 }
 
+// A new sequence holding `depth` random tokens (prefilled in chunks of at most 512, as a
+// long prompt is), for the tests that start at a depth.
+absl::StatusOr<SequenceId> SequenceAtDepth(Backend& b, int depth, std::mt19937& rng, absl::Span<float> logits) {
+  HETERO_ASSIGN_OR_RETURN(const SequenceId seq, b.NewSequence());
+  constexpr int kChunk = 512;
+  std::vector<int32_t> tokens;
+  for (int done = 0; done < depth;) {
+    tokens.resize(std::min(kChunk, depth - done));
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(b.vocab_size()));
+    if (absl::Status s = b.Prefill(seq, tokens, logits); !s.ok()) {
+      b.FreeSequence(seq);
+      return s;
+    }
+    done += static_cast<int>(tokens.size());
+  }
+  return seq;
+}
+
 }  // namespace
 
 absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model_path,
                                                          const BackendBenchmarkOptions& o) {
-  if (o.repetitions < 1 || o.threads < 0 || o.prompt_tokens < 0 || o.generate_tokens < 0) {
-    return absl::InvalidArgumentError("benchmark: repetitions must be at least 1; threads and token counts not negative");
+  if (o.repetitions < 1 || o.threads < 0 || o.prompt_tokens < 0 || o.generate_tokens < 0 || o.depth_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "benchmark: repetitions must be at least 1; threads, token counts and depth not negative");
   }
   for (int batch : o.batches) {
     if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("benchmark: batch size ", batch, " is below 1"));
@@ -74,7 +94,14 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(path));
   HETERO_RETURN_IF_ERROR(CheckExpertUsageFitsModel(o.expert_usage, model->impl().definition, "benchmark: expert usage"));
   const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
-  const int kv_tokens = std::max(o.prompt_tokens, 8) + std::max(max_batch, 8) * (o.generate_tokens + 16);
+  // Room for the largest test's sequence (one at a time; each is freed before the next).
+  const int64_t single = static_cast<int64_t>(o.depth_tokens) + std::max(o.prompt_tokens, o.generate_tokens + 16);
+  const int64_t batched = static_cast<int64_t>(std::max(max_batch, 8)) * (o.generate_tokens + 16);
+  const int64_t kv_wanted = std::max<int64_t>(single, 8) + batched;
+  if (kv_wanted > std::numeric_limits<int>::max() / 2) {
+    return absl::InvalidArgumentError(absl::StrCat("benchmark: ", kv_wanted, " tokens of KV cache is too many"));
+  }
+  const int kv_tokens = static_cast<int>(kv_wanted);
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(*model, o, kv_tokens, max_batch));
   Backend& b = *backend;
   const int V = b.vocab_size();
@@ -88,9 +115,9 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
 
   for (int rep = 0; rep < o.repetitions + 1; ++rep) {  // the first warms up and is dropped
     if (o.prompt_tokens > 0) {
+      HETERO_ASSIGN_OR_RETURN(SequenceId seq, SequenceAtDepth(b, o.depth_tokens, rng, absl::MakeSpan(logits)));
       std::vector<int32_t> tokens(o.prompt_tokens);
       for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % V);
-      HETERO_ASSIGN_OR_RETURN(SequenceId seq, b.NewSequence());
       const auto start = SteadyClock::now();
       absl::Status s = b.Prefill(seq, tokens, absl::MakeSpan(logits));
       const auto end = SteadyClock::now();
@@ -99,7 +126,7 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
       if (rep > 0) result.prefill_tokens_per_s.push_back(o.prompt_tokens / Seconds(start, end));
     }
     if (o.generate_tokens > 0) {
-      HETERO_ASSIGN_OR_RETURN(const SequenceId id, b.NewSequence());
+      HETERO_ASSIGN_OR_RETURN(const SequenceId id, SequenceAtDepth(b, o.depth_tokens, rng, absl::MakeSpan(logits)));
       int32_t token = static_cast<int32_t>(rng() % V);
       const auto start = SteadyClock::now();
       absl::Status s = absl::OkStatus();
