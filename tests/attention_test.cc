@@ -211,8 +211,11 @@ TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
   const size_t row_floats = static_cast<size_t>(shape.n_heads) * shape.head_dim;
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  // Positions short of, at and past one part, and several parts with a ragged last one.
-  const std::vector<int32_t> positions = {0, 40, 63, 64, 65, 127, 200, 333};
+  // Positions short of, at and past one part, several parts with a ragged last one, and
+  // deep enough that a row alone is cut into whole parts (every KV head in one item).
+  const std::vector<int32_t> positions = {0, 40, 63, 64, 65, 127, 200, 333, 700};
+  ASSERT_GE((700 + Attention::kKeysPerPart) / Attention::kKeysPerPart, Attention::kPartsPerThreadForWholeParts * 2)
+      << "the deepest row no longer takes the whole-parts path on two threads";
   std::vector<std::vector<float>> storage;
   std::vector<SequenceKv> seqs(positions.size());
   for (size_t r = 0; r < positions.size(); ++r) {
@@ -237,8 +240,10 @@ TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
     ThreadPool pool(2);
     {
       const ScopedThreadPool use(&pool);
-      // 8 rows: a row per item. 1 and 3 rows (fewer than twice the threads): (row, KV head,
-      // part) items, the later rows' items and slots after the earlier rows'.
+      // 9 rows: a row per item. 1 and 3 rows (fewer than twice the threads): (row, KV head,
+      // part) items, the later rows' items and slots after the earlier rows', or with parts
+      // enough (the deepest row alone, the last three rows together) (row, part) items
+      // of every KV head.
       attention.Run(q.data(), rows, positions.data(), kv, window, together.data());
       for (int r = 0; r < rows; ++r) {
         const std::vector<const SequenceKv*> one = {kv[r]};

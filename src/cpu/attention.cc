@@ -173,18 +173,30 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
   const int group = s_.n_heads / s_.n_kv_heads;
   const size_t head_floats = static_cast<size_t>(group) * s_.head_dim;
   const size_t row_floats = static_cast<size_t>(s_.n_heads) * s_.head_dim;
-  // Item i of row r is KV head (i - start[r]) / parts, part (i - start[r]) % parts; a part
-  // of a split row writes its unnormalised output and statistics at slot[r] + that index.
   absl::InlinedVector<RowKeys, 8> keys(rows);
-  absl::InlinedVector<int, 9> start(rows + 1);
   absl::InlinedVector<int, 8> slot(rows);
-  int items = 0, slots = 0;
+  int parts = 0, slots = 0;
   for (int r = 0; r < rows; ++r) {
     keys[r] = KeysOf(positions[r], window);
-    start[r] = items;
     slot[r] = slots;
-    items += s_.n_kv_heads * keys[r].parts;
+    parts += keys[r].parts;
     if (keys[r].parts > 1) slots += s_.n_kv_heads * keys[r].parts;
+  }
+  // An item is one part of a row, all of its KV heads (a block's keys and values of one
+  // layer, every head, are one contiguous run: kPartsPerThreadForWholeParts), where there
+  // are parts enough to keep the threads busy; otherwise one KV head of one part. Either way every (head,
+  // part) runs once with the same arithmetic, so the results do not depend on the choice.
+  const ThreadPool* pool = CurrentThreadPool();
+  const bool whole_parts = pool != nullptr && parts >= kPartsPerThreadForWholeParts * pool->threads();
+  const int heads_per_item = whole_parts ? s_.n_kv_heads : 1;
+  // Row r's items start at start[r]; item i - start[r] of it is KV head
+  // (i - start[r]) / parts x heads_per_item, part (i - start[r]) % parts. A part of a split
+  // row writes its unnormalised output and statistics at slot[r] + head x parts + part.
+  absl::InlinedVector<int, 9> start(rows + 1);
+  int items = 0;
+  for (int r = 0; r < rows; ++r) {
+    start[r] = items;
+    items += keys[r].parts * (s_.n_kv_heads / heads_per_item);
   }
   start[rows] = items;
   thread_local std::vector<float> scratch;
@@ -192,16 +204,30 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
   float* outs = scratch.data();
   float* max = outs + slots * head_floats;
   float* sum = max + static_cast<size_t>(slots) * group;
+  const size_t layer_bytes = static_cast<size_t>(2) * s_.n_kv_heads * s_.block_tokens * s_.head_dim * sizeof(float);
   ParallelFor(items, ThreadPool::Schedule::kDynamic, [&](int i) {
     const int r = static_cast<int>(std::upper_bound(start.begin(), start.end(), i) - start.begin()) - 1;
-    const int g = (i - start[r]) / keys[r].parts;
-    const int p = (i - start[r]) % keys[r].parts;
+    const int n_parts = keys[r].parts;
+    const int first_head = (i - start[r]) / n_parts * heads_per_item;
+    const int p = (i - start[r]) % n_parts;
+    if (whole_parts) {
+      // Ask for the layer regions (keys then values of every KV head, kv_layout.h) of the
+      // blocks holding the part's keys, before any head reads them.
+      const int first = keys[r].first + p * kKeysPerPart;
+      const int last = std::min(first + kKeysPerPart, keys[r].first + keys[r].n_keys) - 1;
+      for (int b = first / s_.block_tokens; b <= last / s_.block_tokens; ++b) {
+        const char* region = reinterpret_cast<const char*>(kv[r]->blocks[b]);
+        for (size_t line = 0; line < layer_bytes; line += 64) __builtin_prefetch(region + line, 0, 3);
+      }
+    }
     const float* qr = q + r * row_floats;
-    if (keys[r].parts == 1) {
-      AttendPart(qr, *kv[r], nullptr, keys[r], g, 0, out + r * row_floats + g * head_floats, nullptr, nullptr);
-    } else {
-      const size_t k = static_cast<size_t>(slot[r]) + (i - start[r]);
-      AttendPart(qr, *kv[r], nullptr, keys[r], g, p, outs + k * head_floats, max + k * group, sum + k * group);
+    for (int g = first_head; g < first_head + heads_per_item; ++g) {
+      if (n_parts == 1) {
+        AttendPart(qr, *kv[r], nullptr, keys[r], g, 0, out + r * row_floats + g * head_floats, nullptr, nullptr);
+      } else {
+        const size_t k = static_cast<size_t>(slot[r]) + static_cast<size_t>(g) * n_parts + p;
+        AttendPart(qr, *kv[r], nullptr, keys[r], g, p, outs + k * head_floats, max + k * group, sum + k * group);
+      }
     }
   });
   for (int r = 0; r < rows; ++r) {

@@ -44,6 +44,15 @@ class Attention {
   // not depend on the pass; a decode step's parts spread over the threads, where its KV
   // heads alone (often fewer than twice the threads) would leave threads idle.
   static constexpr int kKeysPerPart = 64;
+  // Deep in a context a decode step reads its keys and values from memory, and a paged
+  // block holds them as one 4 KiB run per KV head and layer, a whole block of every layer
+  // apart: from one run at a time the hardware prefetchers fetch about a third of what the
+  // memory gives a stream. So where a step has at least this many parts per thread, each
+  // thread takes whole parts, all KV heads, and asks for their blocks' layer regions
+  // (contiguous, 2 x KV heads x 4 KiB) before it reads them. Measured on an AMD EPYC (Zen 4,
+  // 2 threads), BM_AttentionDecodeDeep at 4096 keys: 11.1 -> 17.7 GB/s; the default
+  // model's tg64 at depth 4096: 52.8 -> 68.4 tok/s.
+  static constexpr int kPartsPerThreadForWholeParts = 4;
 
   explicit Attention(const AttentionShape& shape) : s_(shape) {}
 
