@@ -129,12 +129,13 @@ void BM_QuantGemv(benchmark::State& state) {
   const ScopedThreadPool use_pool(&pool);
   const auto type = static_cast<TensorType>(state.range(0));
   const int n = static_cast<int>(state.range(1)), k = static_cast<int>(state.range(2));
-  // Several copies so the weights do not sit in cache between iterations (as in decode,
-  // where each matrix is read once per token).
-  const int copies = std::max(1, static_cast<int>((size_t{128} << 20) / (static_cast<size_t>(n) * k)));
-  std::vector<std::vector<uint8_t>> blocks;
+  // Copies of at least 192 MiB in all, so the weights do not sit in cache between
+  // iterations (as in decode, where each matrix is read once per token), whatever the
+  // format's size: a 32 MiB L3 keeps part of two 28 MiB copies.
+  std::vector<std::vector<uint8_t>> blocks{RandomBlocks(type, n, k)};
+  const int copies = static_cast<int>((size_t{192} << 20) / blocks[0].size()) + 1;
   std::vector<QuantizedWeights> weights;
-  for (int c = 0; c < copies; ++c) blocks.push_back(RandomBlocks(type, n, k));
+  for (int c = 1; c < copies; ++c) blocks.push_back(RandomBlocks(type, n, k));
   for (int c = 0; c < copies; ++c) weights.push_back(QuantizedWeights::FromBlocks(type, n, k, blocks[c].data()));
   const std::vector<float> x = RandomFloats(k);
   std::vector<float> y(n);
@@ -160,6 +161,9 @@ BENCHMARK(BM_QuantGemv)
     ->Args({6, 1536, 576, 2})->Args({7, 1536, 576, 2})    // Q5_0, Q5_1 ffn_gate / ffn_up
     ->Args({12, 576, 1536, 2})->Args({13, 576, 1536, 2})  // Q4_K, Q5_K ffn_down
     ->Args({14, 576, 1536, 2})                            // Q6_K ffn_down
+    // A tied output matrix that Q4_K_M files store in Q6_K (granite-3.0-1b-a400m's), and
+    // the same shape in Q4_K: the two formats' rates from memory, side by side.
+    ->Args({14, 49152, 1024, 2})->Args({12, 49152, 1024, 2})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // A mixture of experts' decode step at granite-3.0-1b-a400m's shape (hidden 1024, experts
@@ -318,6 +322,47 @@ void BM_Attention(benchmark::State& state) {
                                                  benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Attention)->ArgName("rows")->Arg(512)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// Decode's attention deep in a context, from memory: one query row per layer against
+// `keys` keys, layer after layer, in a paged KV cache laid out as the CPU backend's (a
+// block holds 16 tokens of every layer, so one head's keys of one layer are 4 KiB runs
+// a block apart). The default model's attention shape (9 heads, 3 KV heads of 64); enough
+// layers for 256 MiB of KV, far past any cache. Bytes: the keys and values read.
+void BM_AttentionDecodeDeep(benchmark::State& state) {
+  const int keys = static_cast<int>(state.range(0));
+  ThreadPool pool(static_cast<int>(state.range(1)));
+  const ScopedThreadPool use_pool(&pool);
+  const AttentionShape shape{9, 3, 64, 16, 0.125f};
+  const Attention attention(shape);
+  const size_t layer_floats = static_cast<size_t>(2) * shape.n_kv_heads * shape.block_tokens * shape.head_dim;
+  const size_t layer_bytes_per_key = layer_floats * sizeof(float) / shape.block_tokens;
+  const int layers = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / (layer_bytes_per_key * keys)));
+  const int blocks = (keys + shape.block_tokens - 1) / shape.block_tokens;
+  const size_t block_floats = layer_floats * layers;
+  std::vector<float> pool_floats(static_cast<size_t>(blocks) * block_floats);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& f : pool_floats) f = uniform(rng);
+  std::vector<SequenceKv> kv(layers);
+  for (int l = 0; l < layers; ++l) {
+    for (int b = 0; b < blocks; ++b) kv[l].blocks.push_back(pool_floats.data() + b * block_floats + l * layer_floats);
+  }
+  const std::vector<float> q = RandomFloats(static_cast<size_t>(shape.n_heads) * shape.head_dim);
+  std::vector<float> out(q.size());
+  const int32_t position = keys - 1;
+  for (auto _ : state) {
+    for (int l = 0; l < layers; ++l) {
+      const std::vector<const SequenceKv*> row{&kv[l]};
+      attention.Run(q.data(), 1, &position, row, /*window=*/0, out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(layers) * keys * layer_bytes_per_key);
+}
+BENCHMARK(BM_AttentionDecodeDeep)
+    ->ArgNames({"keys", "threads"})
+    ->Args({1024, 2})->Args({4096, 2})->Args({4096, 1})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace hetero
