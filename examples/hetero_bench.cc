@@ -285,10 +285,13 @@ int main(int argc, char** argv) {
       return Fail("unknown option '" + a + "' (try --help)");
     }
   }
-  if (!expert_usage_path.empty() && (!route_dataset.empty() || prefix_sharing || soak_seconds > 0 ||
-                                     !agentic.suite.empty() || transfer || sessions > 0 || calibrate)) {
+  const bool other_mode = !route_dataset.empty() || prefix_sharing || soak_seconds > 0 || !agentic.suite.empty() ||
+                          transfer || sessions > 0 || calibrate;
+  if (!expert_usage_path.empty() && other_mode) {
     return Fail("--expert-usage goes with the throughput benchmark alone");
   }
+  // A calibration's rates stand for the CPU in general, not deep in a context.
+  if (depth > 0 && other_mode) return Fail("-d goes with the throughput benchmark alone");
   if (!route_dataset.empty()) {
     hetero::bench::RouteBenchOptions route;
     route.dataset = route_dataset;
@@ -381,13 +384,13 @@ int main(int argc, char** argv) {
   if (!json) {
     std::printf("hetero-bench %s | %s | %s | %s\n", hetero::VersionString(), resolved->c_str(), info.name.c_str(),
                 info.weight_format.c_str());
-    std::printf("%-12s %12s %12s %12s\n", "test", "tok/s", "min", "max");
+    std::printf("%-14s %12s %12s %12s\n", "test", "tok/s", "min", "max");
   }
   auto report = [&](const std::string& name, const std::vector<double>& rates) {
     if (rates.empty()) return;
     const Stats s = Summarize(rates);
     out[name] = {{"tok_s_median", s.median}, {"tok_s_min", s.min}, {"tok_s_max", s.max}, {"runs", rates}};
-    if (!json) std::printf("%-12s %12.2f %12.2f %12.2f\n", name.c_str(), s.median, s.min, s.max);
+    if (!json) std::printf("%-14s %12.2f %12.2f %12.2f\n", name.c_str(), s.median, s.min, s.max);
   };
   // At a depth, llama-bench's "pp512 @ d4096" is named pp512_d4096 (a JSON key without spaces).
   const std::string at_depth = depth > 0 ? absl::StrFormat("_d%d", depth) : "";

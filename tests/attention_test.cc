@@ -254,6 +254,21 @@ TEST(AttentionRunTest, RowResultDoesNotDependOnThePassOrThreads) {
         const std::vector<const SequenceKv*> some(kv.begin() + r, kv.begin() + r + n);
         attention.Run(q.data() + r * row_floats, n, &positions[r], some, window, threes.data() + r * row_floats);
       }
+      // A row of one part among whole parts (row 40 beside row 700): its heads write the
+      // output directly.
+      {
+        const int shallow = 1, deep = rows - 1;
+        const std::vector<int32_t> pair_positions = {positions[shallow], positions[deep]};
+        const std::vector<const SequenceKv*> pair = {kv[shallow], kv[deep]};
+        std::vector<float> pair_q(2 * row_floats), pair_out(2 * row_floats);
+        std::copy_n(q.data() + shallow * row_floats, row_floats, pair_q.data());
+        std::copy_n(q.data() + deep * row_floats, row_floats, pair_q.data() + row_floats);
+        attention.Run(pair_q.data(), 2, pair_positions.data(), pair, window, pair_out.data());
+        for (size_t i = 0; i < row_floats; ++i) {
+          ASSERT_EQ(pair_out[i], alone[shallow * row_floats + i]) << "row 40 beside row 700";
+          ASSERT_EQ(pair_out[row_floats + i], alone[deep * row_floats + i]) << "row 700 beside row 40";
+        }
+      }
     }
     attention.Run(q.data(), rows, positions.data(), kv, window, serial.data());
     for (size_t i = 0; i < q.size(); ++i) {

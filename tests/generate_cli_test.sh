@@ -66,6 +66,8 @@ expect_error missing_model "not found" "$gen" -m /no/such.gguf -p x
 expect_error bench_gpu "device 'gpu' is not available" "$bench" --device gpu
 expect_error bench_option "unknown option '--bogus'" "$bench" --bogus
 expect_error bench_depth "option -d needs a non-negative integer" "$bench" -d -5
+expect_error bench_depth_mode "-d goes with the throughput benchmark alone" "$bench" --sessions 2 -d 8
+expect_error bench_depth_context "passes the model's context of 8192 (lower -d)" "$bench" -t 1 -p 8 -n 4 -d 8190
 expect_error bench_soak "--soak needs a duration of at least 1 second" "$bench" --soak 0
 
 # The agentic benchmark: every policy on two suite questions, JSON rows, an SVG plot.

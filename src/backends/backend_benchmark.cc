@@ -94,10 +94,18 @@ absl::StatusOr<BackendBenchmarkResult> BenchmarkBackend(const std::string& model
   HETERO_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Load(path));
   HETERO_RETURN_IF_ERROR(CheckExpertUsageFitsModel(o.expert_usage, model->impl().definition, "benchmark: expert usage"));
   const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
-  // Room for the largest test's sequence (one at a time; each is freed before the next).
-  const int64_t single = static_cast<int64_t>(o.depth_tokens) + std::max(o.prompt_tokens, o.generate_tokens + 16);
-  const int64_t batched = static_cast<int64_t>(std::max(max_batch, 8)) * (o.generate_tokens + 16);
-  const int64_t kv_wanted = std::max<int64_t>(single, 8) + batched;
+  const int64_t longest = static_cast<int64_t>(o.depth_tokens) + std::max(o.prompt_tokens, o.generate_tokens);
+  if (o.depth_tokens > 0 && model->config().context_length > 0 && longest > model->config().context_length) {
+    return absl::InvalidArgumentError(absl::StrCat("benchmark: a depth of ", o.depth_tokens, " plus ",
+                                                   longest - o.depth_tokens, " tokens passes the model's context of ",
+                                                   model->config().context_length, " (lower -d)"));
+  }
+  // Room for the largest test's sequence (one at a time; each is freed before the next),
+  // then the batched tests' sequences (8 prompt tokens each), in whole blocks of up to 64.
+  const auto whole_blocks = [](int64_t tokens) { return (tokens + 63) / 64 * 64; };
+  const int64_t single = whole_blocks(longest + 16);
+  const int64_t batched = static_cast<int64_t>(std::max(max_batch, 8)) * whole_blocks(int64_t{8} + o.generate_tokens);
+  const int64_t kv_wanted = single + batched;
   if (kv_wanted > std::numeric_limits<int>::max() / 2) {
     return absl::InvalidArgumentError(absl::StrCat("benchmark: ", kv_wanted, " tokens of KV cache is too many"));
   }

@@ -182,16 +182,16 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
     parts += keys[r].parts;
     if (keys[r].parts > 1) slots += s_.n_kv_heads * keys[r].parts;
   }
-  // An item is one part of a row, all of its KV heads (a block's keys and values of one
-  // layer, every head, are one contiguous run: kPartsPerThreadForWholeParts), where there
-  // are parts enough to keep the threads busy; otherwise one KV head of one part. Either way every (head,
+  // An item is one part of a row with every KV head (a block's keys and values of one
+  // layer, every head, are one contiguous run: see kPartsPerThreadForWholeParts), where
+  // there are parts enough to keep the threads busy; otherwise one KV head of one part. Either way every (head,
   // part) runs once with the same arithmetic, so the results do not depend on the choice.
   const ThreadPool* pool = CurrentThreadPool();
   const bool whole_parts = pool != nullptr && parts >= kPartsPerThreadForWholeParts * pool->threads();
   const int heads_per_item = whole_parts ? s_.n_kv_heads : 1;
-  // Row r's items start at start[r]; item i - start[r] of it is KV head
-  // (i - start[r]) / parts x heads_per_item, part (i - start[r]) % parts. A part of a split
-  // row writes its unnormalised output and statistics at slot[r] + head x parts + part.
+  // Row r's items start at start[r]; its item j = i - start[r] is KV heads from
+  // j / keys[r].parts x heads_per_item, part j % keys[r].parts. A part of a split row writes
+  // its unnormalised output and statistics at slot[r] + head x keys[r].parts + part.
   absl::InlinedVector<int, 9> start(rows + 1);
   int items = 0;
   for (int r = 0; r < rows; ++r) {
@@ -215,9 +215,11 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
       // blocks holding the part's keys, before any head reads them.
       const int first = keys[r].first + p * kKeysPerPart;
       const int last = std::min(first + kKeysPerPart, keys[r].first + keys[r].n_keys) - 1;
-      for (int b = first / s_.block_tokens; b <= last / s_.block_tokens; ++b) {
+      size_t asked = 0;
+      for (int b = first / s_.block_tokens; b <= last / s_.block_tokens && asked < kMaxPartPrefetchBytes; ++b) {
         const char* region = reinterpret_cast<const char*>(kv[r]->blocks[b]);
         for (size_t line = 0; line < layer_bytes; line += 64) __builtin_prefetch(region + line, 0, 3);
+        asked += layer_bytes;
       }
     }
     const float* qr = q + r * row_floats;

@@ -45,14 +45,19 @@ class Attention {
   // heads alone (often fewer than twice the threads) would leave threads idle.
   static constexpr int kKeysPerPart = 64;
   // Deep in a context a decode step reads its keys and values from memory, and a paged
-  // block holds them as one 4 KiB run per KV head and layer, a whole block of every layer
-  // apart: from one run at a time the hardware prefetchers fetch about a third of what the
-  // memory gives a stream. So where a step has at least this many parts per thread, each
-  // thread takes whole parts, all KV heads, and asks for their blocks' layer regions
-  // (contiguous, 2 x KV heads x 4 KiB) before it reads them. Measured on an AMD EPYC (Zen 4,
-  // 2 threads), BM_AttentionDecodeDeep at 4096 keys: 11.1 -> 17.7 GB/s; the default
-  // model's tg64 at depth 4096: 52.8 -> 68.4 tok/s.
+  // block holds them as one run of block_tokens x head_dim floats per KV head and layer
+  // (4 KiB for 16 tokens of 64), a whole block of every layer apart: from runs that short
+  // the hardware prefetchers fetch about a third of what the memory gives a stream. So
+  // where a step has at least this many parts per thread, each thread takes whole parts,
+  // every KV head, and asks for their blocks' layer regions (contiguous: keys then values
+  // of every KV head) before it reads them, up to kMaxPartPrefetchBytes. Measured on an AMD
+  // EPYC (Zen 4, 2 threads), BM_AttentionDecodeDeep at 4096 keys: 10.9-13.7 -> 16.7-18.1
+  // GB/s; the default model's tg128 at depth 2048: 81.0 -> 106.2 tok/s (docs/PERFORMANCE.md).
   static constexpr int kPartsPerThreadForWholeParts = 4;
+  // The most a whole part asks for before it starts (the default model's part: 96-120 KiB,
+  // granite-3.0-1b-a400m's 256-320 KiB): a model with more or wider KV heads reads the rest
+  // as it comes rather than flooding a 1 MiB L2 that the other thread's part shares.
+  static constexpr size_t kMaxPartPrefetchBytes = size_t{384} << 10;
 
   explicit Attention(const AttentionShape& shape) : s_(shape) {}
 
@@ -104,7 +109,8 @@ class Attention {
   void RunRow(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window,
               float* out) const;
   void Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const;
-  // Fewer rows than the threads can share: every (row, KV head, part) is an item.
+  // Fewer rows than the threads can share: each (row, KV head, part) is an item, or deep in
+  // a context each (row, part) with every KV head (kPartsPerThreadForWholeParts).
   void RunParts(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
                 int window, float* out) const;
 
