@@ -17,6 +17,7 @@
 #include "src/cpu/quant_matmul.h"
 #include "src/cpu/thread_pool.h"
 #include "src/runtime/fp16.h"
+#include "src/runtime/kv_layout.h"
 
 namespace hetero {
 namespace {
@@ -334,11 +335,12 @@ void BM_AttentionDecodeDeep(benchmark::State& state) {
   const ScopedThreadPool use_pool(&pool);
   const AttentionShape shape{9, 3, 64, 16, 0.125f};
   const Attention attention(shape);
-  const size_t layer_floats = static_cast<size_t>(2) * shape.n_kv_heads * shape.block_tokens * shape.head_dim;
-  const size_t layer_bytes_per_key = layer_floats * sizeof(float) / shape.block_tokens;
+  const KvBlockLayout one_layer{/*n_layers=*/1, shape.n_kv_heads, shape.head_dim, shape.block_tokens};
+  const size_t layer_floats = one_layer.layer_floats();
+  const size_t layer_bytes_per_key = one_layer.bytes_per_token();
   const int layers = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / (layer_bytes_per_key * keys)));
   const int blocks = (keys + shape.block_tokens - 1) / shape.block_tokens;
-  const size_t block_floats = layer_floats * layers;
+  const size_t block_floats = KvBlockLayout{layers, shape.n_kv_heads, shape.head_dim, shape.block_tokens}.block_floats();
   std::vector<float> pool_floats(static_cast<size_t>(blocks) * block_floats);
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);

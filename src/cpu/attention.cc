@@ -184,8 +184,9 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
   }
   // An item is one part of a row with every KV head (a block's keys and values of one
   // layer, every head, are one contiguous run: see kPartsPerThreadForWholeParts), where
-  // there are parts enough to keep the threads busy; otherwise one KV head of one part. Either way every (head,
-  // part) runs once with the same arithmetic, so the results do not depend on the choice.
+  // there are parts enough to keep the threads busy; otherwise one KV head of one part.
+  // Either way every (head, part) runs once with the same arithmetic, so the results do not
+  // depend on the choice.
   const ThreadPool* pool = CurrentThreadPool();
   const bool whole_parts = pool != nullptr && parts >= kPartsPerThreadForWholeParts * pool->threads();
   const int heads_per_item = whole_parts ? s_.n_kv_heads : 1;
@@ -204,7 +205,8 @@ void Attention::RunParts(const float* q, int rows, const int32_t* positions, con
   float* outs = scratch.data();
   float* max = outs + slots * head_floats;
   float* sum = max + static_cast<size_t>(slots) * group;
-  const size_t layer_bytes = static_cast<size_t>(2) * s_.n_kv_heads * s_.block_tokens * s_.head_dim * sizeof(float);
+  const size_t layer_bytes =
+      KvBlockLayout{/*n_layers=*/1, s_.n_kv_heads, s_.head_dim, s_.block_tokens}.layer_floats() * sizeof(float);
   ParallelFor(items, ThreadPool::Schedule::kDynamic, [&](int i) {
     const int r = static_cast<int>(std::upper_bound(start.begin(), start.end(), i) - start.begin()) - 1;
     const int n_parts = keys[r].parts;
