@@ -82,12 +82,17 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
   std::vector<float> portable(q.size(), -1.0f);
   internal::AttendDecodePortable(query, scores.data(), portable.data());
   check(portable, "portable");
+  if (DetectCpu().avx2 && DetectCpu().fma) {
+    std::vector<float> simd(q.size(), -1.0f);
+    internal::AttendDecodeAvx2(query, scores.data(), simd.data());
+    check(simd, "avx2");
+  }
   if (DetectCpu().avx512f) {
     std::vector<float> simd(q.size(), -1.0f);
     internal::AttendDecodeAvx512(query, scores.data(), simd.data());
     check(simd, "avx512");
   } else {
-    GTEST_SKIP() << "no AVX-512 on this CPU: only the portable kernel was checked";
+    GTEST_SKIP() << "no AVX-512 on this CPU: the portable kernel and, where the CPU has it, AVX2 were checked";
   }
 }
 
@@ -129,6 +134,7 @@ TEST_P(AttentionDecodeTest, PartsMergeToTheWholeRow) {
   }
   using Kernel = void (*)(const internal::DecodeQuery&, float*, float*);
   std::vector<std::pair<Kernel, const char*>> kernels = {{internal::AttendDecodePortable, "portable"}};
+  if (DetectCpu().avx2 && DetectCpu().fma) kernels.push_back({internal::AttendDecodeAvx2, "avx2"});
   if (DetectCpu().avx512f) kernels.push_back({internal::AttendDecodeAvx512, "avx512"});
   for (const int part_keys : {1, 7, 16, 64}) {
     const int parts = (c.n_keys + part_keys - 1) / part_keys;

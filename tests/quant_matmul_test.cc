@@ -70,7 +70,9 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   portable.cols = s.k;
   internal::QuantizeRowsPortable(x.data(), s.m, s.k, s.k, portable);
   EXPECT_EQ(a.q, portable.q);  // the SIMD quantizer rounds exactly like the portable one
+  EXPECT_EQ(a.q_biased, portable.q_biased);
   EXPECT_EQ(a.d, portable.d);
+  EXPECT_EQ(a.d_sum, portable.d_sum);
   EXPECT_EQ(a.half_sums, portable.half_sums);
   EXPECT_EQ(a.q4_0_offsets, portable.q4_0_offsets);
   EXPECT_EQ(a.q8_0_offsets, portable.q8_0_offsets);
@@ -112,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);
     });
 
-// The AVX2 kernel (CPUs without AVX-512 VNNI) against the portable one and float64, run
-// directly so it is checked on every CPU that has AVX2, whichever kernel QuantMatmul picks.
+// The AVX2 kernels (CPUs without AVX-512 VNNI) against the portable one and float64, run
+// directly so they are checked on every CPU that has AVX2, whichever kernel QuantMatmul picks.
 TEST_P(QuantMatmulTest, Avx2KernelMatchesPortable) {
   if (!DetectCpu().avx2 || !DetectCpu().fma) GTEST_SKIP() << "no AVX2 on this CPU";
   const Shape s = GetParam();
@@ -129,13 +131,27 @@ TEST_P(QuantMatmulTest, Avx2KernelMatchesPortable) {
   ASSERT_TRUE(Dequantize(s.type, blocks, absl::MakeSpan(wf)).ok());
   std::vector<float> y(static_cast<size_t>(s.m) * s.n, std::nanf(""));
   for (int j = 0; j < s.n; ++j) internal::QuantRowsAvx2(w, j, a, y.data(), s.n);
+  // The packed tiles' kernel too, on the groups (the same tiles the AVX-512 kernels read, so
+  // it runs wherever FromBlocks packed them), the rows past the last group as above.
+  std::vector<float> y_groups(y.size(), std::nanf(""));
+  const bool groups = w.packed_rows > 0 && DetectCpu().f16c;
+  if (groups) {
+    for (int g = 0; g < w.packed_rows / QuantizedWeights::kGroupRows; ++g) {
+      internal::QuantGroupAvx2(w, g, a, y_groups.data(), s.n);
+    }
+    for (int j = w.packed_rows; j < s.n; ++j) internal::QuantRowsAvx2(w, j, a, y_groups.data(), s.n);
+  }
   for (int m = 0; m < s.m; ++m) {
     for (int j = 0; j < s.n; ++j) {
       const auto [ref, magnitude] = ReferenceDot(wf, x, s.k, j, m);
-      const float got = y[static_cast<size_t>(m) * s.n + j];
       const float port = internal::QuantDotPortable(w, j, a, m);
-      ASSERT_LT(std::fabs(got - port) / (magnitude + 1e-30), 1e-5) << "row " << m << " output " << j;
-      ASSERT_LT(std::fabs(got - ref) / (magnitude + 1e-30), 2e-2) << "row " << m << " output " << j;
+      for (const std::vector<float>* out : {&y, &y_groups}) {
+        if (out == &y_groups && !groups) continue;
+        const float got = (*out)[static_cast<size_t>(m) * s.n + j];
+        const char* kernel = out == &y ? "rows" : "groups";
+        ASSERT_LT(std::fabs(got - port) / (magnitude + 1e-30), 1e-5) << kernel << ": row " << m << " output " << j;
+        ASSERT_LT(std::fabs(got - ref) / (magnitude + 1e-30), 2e-2) << kernel << ": row " << m << " output " << j;
+      }
     }
   }
 }

@@ -97,6 +97,10 @@ bool HasAvx512() {
   static const bool avx512 = DetectCpu().avx512f;
   return avx512;
 }
+bool HasAvx2() {
+  static const bool avx2 = DetectCpu().avx2 && DetectCpu().fma;
+  return avx2;
+}
 }  // namespace
 
 bool Attention::Simd() const { return HasAvx512() && s_.head_dim % 16 == 0; }
@@ -140,6 +144,8 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const Transpose
   }
   if (simd) {
     internal::AttendDecodeAvx512(query, scores, out);
+  } else if (HasAvx2() && hd % 8 == 0) {
+    internal::AttendDecodeAvx2(query, scores, out);
   } else {
     internal::AttendDecodePortable(query, scores, out);
   }

@@ -41,6 +41,8 @@ void TransposeKeysAvx512(const float* const* blocks, int block_tokens, size_t k_
 // `scores`: group x round_up(n_keys, 16) floats of scratch.
 void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
 void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
+// The same with AVX2 and FMA (attention_avx2.cc; head_dim a multiple of 8; `kt` unused).
+void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out);
 // The attention of `group` query heads over a row's keys from `parts` parts of them, each
 // computed alone with part_max/part_sum set: part p's unnormalised outputs at
 // outs + p * group * head_dim, its maxima and sums at max + p * group, sum + p * group.

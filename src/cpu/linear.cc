@@ -70,8 +70,9 @@ class OneDnnLinear : public Linear {
 };
 
 // Whether QuantLinear's kernels read the file's blocks of the packed rows too: the bf16
-// prompt path dequantizes them, and below AVX-512 no kernel reads a packed copy.
-bool ReadsPackedRowsFromSource(int bf16_min_rows) { return bf16_min_rows != kNeverBf16 || !QuantMatmulUsesAvx512(); }
+// prompt path dequantizes them. (Where nothing is packed, packed_rows is 0 and every row
+// is read from the file.)
+bool ReadsPackedRowsFromSource(int bf16_min_rows) { return bf16_min_rows != kNeverBf16; }
 
 class QuantLinear : public Linear {
  public:

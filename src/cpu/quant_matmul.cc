@@ -50,6 +50,9 @@ bool HaveAvx2() {
   return have;
 }
 
+// The AVX2 kernels on the packed copy also convert its fp16 scales with F16C.
+bool HaveAvx2F16c() { return HaveAvx2() && DetectCpu().f16c; }
+
 }  // namespace
 
 bool QuantMatmulUsesAvx512() { return HaveAvx512Vnni(); }
@@ -70,7 +73,7 @@ bool QuantizedWeights::Supports(TensorType type) { return IsClassicFormat(type) 
 // Whether the block format `type` is packed into units here, and so run by a SIMD kernel.
 bool PacksBlockFormat(TensorType type) {
   if (!internal::IsBlockFormat(type) || internal::GetPackedUnitLayout(type).runs == 0) return false;
-  return HaveAvx512Vnni() || (HaveAvx2() && DetectCpu().f16c && internal::QuantBlockGroupAvx2Supports(type));
+  return HaveAvx512Vnni() || (HaveAvx2F16c() && internal::QuantBlockGroupAvx2Supports(type));
 }
 
 bool QuantMatmulIsFast(TensorType type) { return IsClassicFormat(type) || PacksBlockFormat(type); }
@@ -84,7 +87,7 @@ QuantizedWeights QuantizedWeights::FromBlocks(TensorType type, int n, int k, con
   w.blocks = blocks;
   const TensorTypeTraits& traits = GetTensorTypeTraits(type);
   w.row_bytes = static_cast<size_t>(k / traits.block_size) * traits.type_size;
-  if (IsClassicFormat(type) ? HaveAvx512Vnni() : PacksBlockFormat(type)) w.Pack(packed_source);
+  if (IsClassicFormat(type) ? HaveAvx512Vnni() || HaveAvx2F16c() : PacksBlockFormat(type)) w.Pack(packed_source);
   if (!IsClassicFormat(type)) return w;  // the per-row offsets are the classic kernels' only
   // Offsets for the rows the per-row AVX-512 kernel reads (those past the packed groups).
   const size_t first = static_cast<size_t>(w.packed_rows) * (k / kBlock);
@@ -306,6 +309,7 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   half_sums.resize(n / 16);
   q6_k_half_offsets.resize(n / 16);
   const bool simd = HaveAvx512Vnni();
+  const bool avx2 = HaveAvx2();
   if (simd) d_lanes.resize(n / kBlock * 8);
   const int nb = cols / kBlock;
   // Rows are independent: a batch's rows quantize in parallel, each exactly as alone.
@@ -313,6 +317,8 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
     if (simd) {
       internal::QuantizeRowsAvx512(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
       for (int b = m * nb; b < (m + 1) * nb; ++b) std::fill_n(d_lanes.data() + static_cast<size_t>(b) * 8, 8, d[b]);
+    } else if (avx2) {
+      internal::QuantizeRowsAvx2(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
     } else {
       internal::QuantizeRowsPortable(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
     }
@@ -445,7 +451,11 @@ void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i
   const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
   if (!w.packed.empty() && i < groups) {
     if (classic) {
-      internal::QuantGroupAvx512(w, i, a, y, ldy);
+      if (HaveAvx512Vnni()) {
+        internal::QuantGroupAvx512(w, i, a, y, ldy);
+      } else {
+        internal::QuantGroupAvx2(w, i, a, y, ldy);
+      }
     } else if (HaveAvx512Vnni()) {
       internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
     } else {

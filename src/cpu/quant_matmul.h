@@ -83,7 +83,7 @@ struct QuantizedWeights {
   // that multiplies the activations' block sum: Q4_0's -8 d, Q4_1's minimum, Q8_0's
   // -128 d sum(q) (its activations are biased by 128). Empty without AVX-512 VNNI.
   std::vector<float> offsets;
-  // The AVX-512 kernels' copy (built only when they are in use), in groups of 16 rows: per
+  // The SIMD kernels' copy (AVX-512 VNNI, or AVX2 with F16C), in groups of 16 rows: per
   // group and block, a tile holding the 16 rows' quants interleaved in 4-byte runs (so one
   // vpdpbusd with a broadcast activation word advances 16 outputs, and no horizontal sums
   // are needed), then the 16 scales as fp16, then Q4_1's 16 minima (fp16) (ClassicTileAt).
@@ -140,11 +140,11 @@ struct QuantizedWeights {
   // the last group (the kernels read those from the source). The loader drops those file
   // pages at once, so a large matrix's file bytes and packed copy are never both resident.
   using PackedSourceFn = std::function<void(const uint8_t* begin, size_t bytes)>;
-  // Prepares a view of file blocks, their offsets and, where the AVX-512 kernels run, the
-  // packed copy.
+  // Prepares a view of file blocks, their offsets (AVX-512 VNNI) and, where a SIMD kernel
+  // runs `type`, the packed copy.
   static QuantizedWeights FromBlocks(TensorType type, int n, int k, const uint8_t* blocks,
                                      const PackedSourceFn& packed_source = {});
-  // Builds `packed` (FromBlocks calls this when the CPU has AVX-512 VNNI).
+  // Builds `packed` (FromBlocks calls this when a SIMD kernel for `type` runs here).
   void Pack(const PackedSourceFn& packed_source = {});
 };
 
@@ -211,6 +211,11 @@ void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedAct
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
 // Outputs [16 g, 16 g + 16) for every activation row m, from the packed tiles.
 void QuantGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
+// Outputs [16 g, 16 g + 16) for every activation row from the packed tiles, with AVX2, FMA
+// and F16C (no AVX-512 VNNI).
+void QuantGroupAvx2(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
+// QuantizeRowsPortable with AVX2 (only call when the CPU has avx2 and fma): the same bits.
+void QuantizeRowsAvx2(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);
 // AVX2 version of QuantDotPortable over all activation rows (only call when the CPU has
 // avx2 and fma); reads `blocks`, no packed copy.
 void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);

@@ -1,5 +1,7 @@
-// AVX2 kernel for the quantized matmul on CPUs without AVX-512 VNNI (AVX2-only x86, and
-// AVX-512 parts that lack VNNI). Compiled with -mavx2 -mfma; callers check the CPU first.
+// AVX2 kernels for Q4_0, Q4_1 and Q8_0 on CPUs without AVX-512 VNNI (AVX2-only x86, and
+// AVX-512 parts that lack VNNI): one on the packed tiles the AVX-512 kernels read
+// (QuantizedWeights::ClassicTileAt), one on the file's blocks for the rows past the last
+// group. Compiled with -mavx2 -mfma -mf16c; callers check the CPU first.
 // Signed-by-unsigned byte products go through vpmaddubsw, whose int16 pair sums cannot
 // saturate here: 4-bit weights reach 15 * 127 * 2, and Q8_0 uses |w| with the activation's
 // sign moved onto it, at most 128 * 127 * 2 = 32512.
@@ -22,6 +24,88 @@ inline __m256i DotBytes(__m256i w_unsigned, __m256i a_signed) {
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
+inline __m256 Halves8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+inline __m256i Word(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Lanes [8 half, 8 half + 8) of a packed group, for every activation row, kMaxRows rows at a
+// time so that each block's unpacked weights serve all of them. A tile vector's half holds 8
+// rows' 4-byte runs; with the activation word of the same 4 elements broadcast, vpmaddubsw
+// and vpmaddwd give each row's 4 products summed, as vpdpbusd does in the AVX-512 kernel.
+// The integer sums are the same as that kernel's (exact); only the float steps round apart.
+template <TensorType T>
+void ClassicGroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedActivations& a, float* y,
+                      int ldy) {
+  constexpr bool kQ8 = T == TensorType::kQ8_0;
+  constexpr int kMaxRows = 4;
+  const int nb = w.k / kBlock;
+  const int lanes = 8 * half;
+  const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int m0 = 0; m0 < a.rows; m0 += kMaxRows) {
+    const int rows = std::min(kMaxRows, a.rows - m0);
+    __m256 acc[kMaxRows];
+    for (int r = 0; r < kMaxRows; ++r) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+      const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
+      const uint8_t* quants = base + at.quants + 32 * half;
+      const __m256 d = Halves8(base + at.scales + 2 * lanes);
+      if constexpr (kQ8) {
+        // Stored plus 128: back to signed, then |w| against the activation with w's sign
+        // (vpmaddubsw's unsigned operand), whose pair sums stay below 2^15.
+        __m256i wq[8], wabs[8];
+        for (int t = 0; t < 8; ++t) {
+          wq[t] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t)),
+                                   _mm256_set1_epi8(static_cast<char>(0x80)));
+          wabs[t] = _mm256_sign_epi8(wq[t], wq[t]);
+        }
+        for (int r = 0; r < rows; ++r) {
+          const size_t m = static_cast<size_t>(m0 + r);
+          const int8_t* x = a.q.data() + m * a.cols + b * kBlock;
+          __m256i dot = _mm256_setzero_si256();
+          for (int t = 0; t < 8; ++t) {
+            const __m256i pairs = _mm256_maddubs_epi16(wabs[t], _mm256_sign_epi8(Word(x + 4 * t), wq[t]));
+            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, ones));
+          }
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(a.d[m * nb + b])), acc[r]);
+        }
+      } else {
+        // Run t: low nibbles are elements 4t..4t+3, high nibbles 16+4t..16+4t+3. Eight pair
+        // sums of codes (< 16) and activations (|x| <= 127) stay below 2^15, so they add as
+        // int16 before one vpmaddwd.
+        __m256i wq[8];
+        for (int t = 0; t < 4; ++t) {
+          const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t));
+          wq[t] = _mm256_and_si256(packed, low_nibbles);
+          wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
+        }
+        __m256 minimum = _mm256_setzero_ps();
+        if constexpr (T == TensorType::kQ4_1) minimum = Halves8(base + at.scales + 32 + 2 * lanes);
+        for (int r = 0; r < rows; ++r) {
+          const size_t m = static_cast<size_t>(m0 + r);
+          const int8_t* x = a.q.data() + m * a.cols + b * kBlock;
+          __m256i pairs = _mm256_maddubs_epi16(wq[0], Word(x));
+          for (int t = 1; t < 4; ++t) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(wq[t], Word(x + 4 * t)));
+          for (int t = 0; t < 4; ++t) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(wq[t + 4], Word(x + 16 + 4 * t)));
+          __m256i dot = _mm256_madd_epi16(pairs, ones);
+          const size_t blk = m * nb + b;
+          if constexpr (T == TensorType::kQ4_0) dot = _mm256_add_epi32(dot, _mm256_set1_epi32(a.q4_0_offsets[blk]));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(a.d[blk])), acc[r]);
+          if constexpr (T == TensorType::kQ4_1) acc[r] = _mm256_fmadd_ps(minimum, _mm256_set1_ps(a.d_sum[blk]), acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      _mm256_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows + lanes, acc[r]);
+    }
+  }
+}
+
 inline float HorizontalSum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -29,6 +113,53 @@ inline float HorizontalSum(__m256 v) {
 }
 
 }  // namespace
+
+void QuantizeRowsAvx2(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row) {
+  const int nb = cols / kBlock;
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  for (int m = first_row; m < first_row + rows; ++m) {
+    for (int b = 0; b < nb; ++b) {
+      const float* src = x + static_cast<size_t>(m - first_row) * ld + b * kBlock;
+      __m256 v[4];
+      __m256 amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(src + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[i]));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      const float max_abs = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+      const float d = max_abs / 127.0f;
+      const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));  // round to nearest even
+      // Packs interleave 128-bit lanes: 32-bit to 16-bit gives 0 2 1 3 (by 4s), then to
+      // 8-bit 0 2 4 6 1 3 5 7; one permutation of 32-bit words puts them back in order.
+      const __m256i words = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      const __m256i bytes = _mm256_permutevar8x32_epi32(words, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      const size_t base = static_cast<size_t>(m) * cols + b * kBlock;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.q.data() + base), bytes);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.q_biased.data() + base),
+                          _mm256_xor_si256(bytes, _mm256_set1_epi8(static_cast<char>(0x80))));
+      const __m256i halves = _mm256_add_epi32(q[0], q[1]);
+      const __m256i second = _mm256_add_epi32(q[2], q[3]);
+      __m128i h0 = _mm_add_epi32(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1));
+      __m128i h1 = _mm_add_epi32(_mm256_castsi256_si128(second), _mm256_extracti128_si256(second, 1));
+      __m128i both = _mm_hadd_epi32(h0, h1);  // h0 pairs, h1 pairs
+      both = _mm_hadd_epi32(both, both);
+      const int first_half = _mm_cvtsi128_si32(both);
+      const int sum = first_half + _mm_extract_epi32(both, 1);
+      a.half_sums[base / 16] = first_half;
+      a.half_sums[base / 16 + 1] = sum - first_half;
+      a.q6_k_half_offsets[base / 16] = -32 * first_half;
+      a.q6_k_half_offsets[base / 16 + 1] = -32 * (sum - first_half);
+      a.d[static_cast<size_t>(m) * nb + b] = d;
+      a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
+      a.q4_0_offsets[static_cast<size_t>(m) * nb + b] = -8 * sum;
+      a.q8_0_offsets[static_cast<size_t>(m) * nb + b] = -128 * sum;
+    }
+  }
+}
 
 void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy) {
   constexpr int kRowTile = 4;  // activation rows per pass: each weight block is unpacked once per tile
@@ -69,6 +200,16 @@ void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivation
       }
     }
     for (int t = 0; t < tile; ++t) y[static_cast<size_t>(m0 + t) * ldy + row] = HorizontalSum(acc[t]) + offset_sum[t];
+  }
+}
+
+void QuantGroupAvx2(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
+  for (int half = 0; half < 2; ++half) {
+    switch (w.type) {
+      case TensorType::kQ4_0: ClassicGroupHalf<TensorType::kQ4_0>(w, group, half, a, y, ldy); break;
+      case TensorType::kQ4_1: ClassicGroupHalf<TensorType::kQ4_1>(w, group, half, a, y, ldy); break;
+      default: ClassicGroupHalf<TensorType::kQ8_0>(w, group, half, a, y, ldy); break;
+    }
   }
 }
 

@@ -1,0 +1,216 @@
+// AVX2 decode attention (attention.h's per-row kernel) for CPUs without AVX-512. This file
+// alone is compiled with -mavx2 -mfma; Attention checks the CPU first. The same steps as the
+// AVX-512 kernel in 8-float vectors, without its transposed-keys form: every row reads the
+// keys as stored, so a row's result still depends only on its query and its keys.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "src/cpu/attention_kernels.h"
+
+namespace hetero::internal {
+namespace {
+
+// e^x for x <= 0 (a softmax's scores less their maximum), 0 below -87: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by its degree-6 Taylor polynomial (relative error below 2e-7), times
+// 2^n built in the exponent bits (n >= -126 here, so 2^n is a normal float).
+inline __m256 ExpNonPositive8(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);  // a NaN (the second operand) stays NaN
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(scale)));
+}
+
+inline float Sum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+inline float Max8(__m256 v) {
+  const __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
+}
+
+// The horizontal sums of four vectors as one 4-float vector.
+inline __m128 SumFour(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_hadd_ps(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(c, d);
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// Keys (or values) one after another through the paged blocks, without a division per key.
+struct KeyWalker {
+  const float* const* blocks;
+  size_t offset;
+  int block_tokens, head_dim;
+  int block, slot;
+  KeyWalker(const DecodeQuery& query, size_t offset)
+      : blocks(query.blocks),
+        offset(offset),
+        block_tokens(query.block_tokens),
+        head_dim(query.head_dim),
+        block(query.first_key / query.block_tokens),
+        slot(query.first_key % query.block_tokens) {}
+  const float* Next() {
+    const float* p = blocks[block] + offset + static_cast<size_t>(slot) * head_dim;
+    if (++slot == block_tokens) {
+      slot = 0;
+      ++block;
+    }
+    return p;
+  }
+};
+
+// The scaled scores of H query heads (q: H x hd) against four keys: four scores at
+// out + h * ld for each head h. Each key's four chains share its loads across the heads.
+template <int H>
+inline void ScoreFourKeys(const float* q, int hd, const float* const* k, float scale, float* out, size_t ld) {
+  __m256 acc[H][4];
+#pragma GCC unroll 2
+  for (int h = 0; h < H; ++h) {
+    for (int i = 0; i < 4; ++i) acc[h][i] = _mm256_setzero_ps();
+  }
+  for (int c = 0; c < hd; c += 8) {
+    const __m256 k0 = _mm256_loadu_ps(k[0] + c), k1 = _mm256_loadu_ps(k[1] + c), k2 = _mm256_loadu_ps(k[2] + c),
+                 k3 = _mm256_loadu_ps(k[3] + c);
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) {
+      const __m256 qc = _mm256_loadu_ps(q + static_cast<size_t>(h) * hd + c);
+      acc[h][0] = _mm256_fmadd_ps(qc, k0, acc[h][0]);
+      acc[h][1] = _mm256_fmadd_ps(qc, k1, acc[h][1]);
+      acc[h][2] = _mm256_fmadd_ps(qc, k2, acc[h][2]);
+      acc[h][3] = _mm256_fmadd_ps(qc, k3, acc[h][3]);
+    }
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < H; ++h) {
+    _mm_storeu_ps(out + h * ld, _mm_mul_ps(SumFour(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), _mm_set1_ps(scale)));
+  }
+}
+
+// out[h][col, col + 8 W) = inv[h] * the sum over keys j of p[h][j] * value j's same columns.
+template <int H, int W>
+inline void WeightedValueColumns(const float* p, size_t ld, int n, KeyWalker value, int col, const float* inv,
+                                 int hd, float* out) {
+  __m256 acc[H][W];
+  for (int h = 0; h < H; ++h) {
+    for (int u = 0; u < W; ++u) acc[h][u] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < n; ++j) {
+    const float* v = value.Next() + col;
+    __m256 vc[W];
+#pragma GCC unroll 4
+    for (int u = 0; u < W; ++u) vc[u] = _mm256_loadu_ps(v + 8 * u);
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) {
+      const __m256 ph = _mm256_set1_ps(p[h * ld + j]);
+#pragma GCC unroll 4
+      for (int u = 0; u < W; ++u) acc[h][u] = _mm256_fmadd_ps(ph, vc[u], acc[h][u]);
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    for (int u = 0; u < W; ++u) {
+      _mm256_storeu_ps(out + static_cast<size_t>(h) * hd + col + 8 * u, _mm256_mul_ps(acc[h][u], _mm256_set1_ps(inv[h])));
+    }
+  }
+}
+
+template <int H>
+inline void WeightedValues(const float* p, size_t ld, int n, const KeyWalker& value, const float* inv, int hd,
+                           float* out) {
+  const int chunks = hd / 8;
+  for (int c0 = 0; c0 < chunks; c0 += 4) {
+    switch (chunks - c0) {
+      case 1: WeightedValueColumns<H, 1>(p, ld, n, value, 8 * c0, inv, hd, out); break;
+      case 2: WeightedValueColumns<H, 2>(p, ld, n, value, 8 * c0, inv, hd, out); break;
+      case 3: WeightedValueColumns<H, 3>(p, ld, n, value, 8 * c0, inv, hd, out); break;
+      default: WeightedValueColumns<H, 4>(p, ld, n, value, 8 * c0, inv, hd, out); break;
+    }
+  }
+}
+
+}  // namespace
+
+void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out) {
+  const int hd = query.head_dim;
+  const int n = query.n_keys;
+  KeyWalker key(query, query.k_offset);
+  const KeyWalker value(query, query.v_offset);
+  const size_t ld = static_cast<size_t>(n + 15) / 16 * 16;  // scores row stride
+
+  // Scores, four keys at a time, two heads sharing each load of the keys.
+  int j0 = 0;
+  for (; j0 + 4 <= n; j0 += 4) {
+    const float* k[4];
+    for (const float*& p : k) p = key.Next();
+    for (int h0 = 0; h0 < query.group; h0 += 2) {
+      const float* q = query.q + static_cast<size_t>(h0) * hd;
+      if (query.group - h0 == 1) {
+        ScoreFourKeys<1>(q, hd, k, query.scale, scores + h0 * ld + j0, ld);
+      } else {
+        ScoreFourKeys<2>(q, hd, k, query.scale, scores + h0 * ld + j0, ld);
+      }
+    }
+  }
+  for (int j = j0; j < n; ++j) {
+    const float* k = key.Next();
+    for (int h = 0; h < query.group; ++h) {
+      const float* q = query.q + static_cast<size_t>(h) * hd;
+      __m256 acc = _mm256_setzero_ps();
+      for (int c = 0; c < hd; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), acc);
+      scores[h * ld + j] = Sum8(acc) * query.scale;
+    }
+  }
+  // Two heads at a time: each head's softmax numerators, then their weighted values.
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int h0 = 0; h0 < query.group; h0 += 2) {
+    const int heads = query.group - h0 < 2 ? query.group - h0 : 2;
+    float inv[2];
+    for (int h = h0; h < h0 + heads; ++h) {
+      float* s = scores + h * ld;
+      __m256 vmax = _mm256_set1_ps(-INFINITY);
+      int j = 0;
+      for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+      float max_score = Max8(vmax);
+      for (int t = j; t < n; ++t) max_score = s[t] > max_score ? s[t] : max_score;
+      const __m256 max = _mm256_set1_ps(max_score);
+      __m256 vsum = _mm256_setzero_ps();
+      for (j = 0; j < n; j += 8) {
+        // The tail's lanes past n: loaded as 0 and not stored, their e^x left out of the sum.
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j), lane);
+        const __m256 e = ExpNonPositive8(_mm256_sub_ps(_mm256_maskload_ps(s + j, m), max));
+        _mm256_maskstore_ps(s + j, m, e);
+        vsum = _mm256_add_ps(vsum, _mm256_and_ps(e, _mm256_castsi256_ps(m)));
+      }
+      const float sum = Sum8(vsum);
+      if (query.part_max != nullptr) {
+        query.part_max[h] = max_score;
+        query.part_sum[h] = sum;
+      }
+      inv[h - h0] = query.part_max != nullptr ? 1.0f : 1.0f / sum;
+    }
+    const float* s = scores + h0 * ld;
+    float* o = out + static_cast<size_t>(h0) * hd;
+    if (heads == 1) {
+      WeightedValues<1>(s, ld, n, value, inv, hd, o);
+    } else {
+      WeightedValues<2>(s, ld, n, value, inv, hd, o);
+    }
+  }
+}
+
+}  // namespace hetero::internal
