@@ -87,8 +87,13 @@ struct NamedKernel {
   const char* name;
 };
 
-std::vector<NamedKernel> Kernels(Kernel portable, Kernel avx512) {
+std::vector<NamedKernel> Kernels(Kernel portable, Kernel avx2, Kernel avx512) {
   std::vector<NamedKernel> kernels = {{portable, "portable"}};
+  if (DetectCpu().avx2 && DetectCpu().fma) {
+    kernels.push_back({avx2, "avx2"});
+  } else {
+    std::printf("AVX2 kernels not tested: this CPU (or HETERO_CPU_ISA) lacks avx2 or fma\n");
+  }
   if (DetectCpu().avx512f) {
     kernels.push_back({avx512, "avx512"});
   } else {
@@ -98,7 +103,7 @@ std::vector<NamedKernel> Kernels(Kernel portable, Kernel avx512) {
 }
 
 TEST(ActivationsTest, SiluMulKernelsMatchFloat64) {
-  for (const NamedKernel& k : Kernels(internal::SiluMulPortable, internal::SiluMulAvx512)) {
+  for (const NamedKernel& k : Kernels(internal::SiluMulPortable, internal::SiluMulAvx2, internal::SiluMulAvx512)) {
     for (size_t count : Lengths()) {
       const Inputs in = RandomInputs(count, static_cast<uint32_t>(count));
       std::vector<float> got = in.gate;
@@ -109,7 +114,7 @@ TEST(ActivationsTest, SiluMulKernelsMatchFloat64) {
 }
 
 TEST(ActivationsTest, GeluTanhMulKernelsMatchFloat64) {
-  for (const NamedKernel& k : Kernels(internal::GeluTanhMulPortable, internal::GeluTanhMulAvx512)) {
+  for (const NamedKernel& k : Kernels(internal::GeluTanhMulPortable, internal::GeluTanhMulAvx2, internal::GeluTanhMulAvx512)) {
     for (size_t count : Lengths()) {
       const Inputs in = RandomInputs(count, static_cast<uint32_t>(count) + 99);
       std::vector<float> got = in.gate;
@@ -125,10 +130,10 @@ TEST(ActivationsTest, KernelsAgreeOnNonFiniteAndExtremeGates) {
   const float gates[] = {NAN, INFINITY, -INFINITY, FLT_MAX, -FLT_MAX, -88.8f, -1e13f, 1e13f};
   const size_t count = std::size(gates);
   const std::vector<float> up(count, 1.0f);
-  const std::pair<Kernel, Kernel> kernel_pairs[] = {{internal::SiluMulPortable, internal::SiluMulAvx512},
-                                                    {internal::GeluTanhMulPortable, internal::GeluTanhMulAvx512}};
-  for (const auto& [portable, avx512] : kernel_pairs) {
-    for (const NamedKernel& k : Kernels(portable, avx512)) {
+  const Kernel kernel_sets[][3] = {{internal::SiluMulPortable, internal::SiluMulAvx2, internal::SiluMulAvx512},
+                                   {internal::GeluTanhMulPortable, internal::GeluTanhMulAvx2, internal::GeluTanhMulAvx512}};
+  for (const auto& [portable, avx2, avx512] : kernel_sets) {
+    for (const NamedKernel& k : Kernels(portable, avx2, avx512)) {
       std::vector<float> want(gates, gates + count), got(gates, gates + count);
       portable(want.data(), up.data(), count);
       k.kernel(got.data(), up.data(), count);
@@ -148,6 +153,7 @@ TEST(ActivationsTest, ThreadedEntryPointsEqualOneKernelCall) {
   const size_t count = 3 * 16384 + 5;  // above the parallel threshold, with a masked tail
   const Inputs in = RandomInputs(count, 7);
   const bool avx512 = DetectCpu().avx512f;
+  const bool avx2 = DetectCpu().avx2 && DetectCpu().fma;
   ThreadPool pool(2);
   ScopedThreadPool scope(&pool);
   struct Pair {
@@ -156,8 +162,10 @@ TEST(ActivationsTest, ThreadedEntryPointsEqualOneKernelCall) {
     const char* name;
   };
   const Pair pairs[] = {
-      {SiluMul, avx512 ? internal::SiluMulAvx512 : internal::SiluMulPortable, "silu"},
-      {GeluTanhMul, avx512 ? internal::GeluTanhMulAvx512 : internal::GeluTanhMulPortable, "gelu"},
+      {SiluMul, avx512 ? internal::SiluMulAvx512 : (avx2 ? internal::SiluMulAvx2 : internal::SiluMulPortable), "silu"},
+      {GeluTanhMul,
+       avx512 ? internal::GeluTanhMulAvx512 : (avx2 ? internal::GeluTanhMulAvx2 : internal::GeluTanhMulPortable),
+       "gelu"},
   };
   for (const Pair& p : pairs) {
     std::vector<float> threaded = in.gate, whole = in.gate;

@@ -114,6 +114,30 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);
     });
 
+// A row's outputs do not depend on which other rows share its batch (the one-row kernels
+// of a decode step against the batched ones of a prompt).
+TEST_P(QuantMatmulTest, BatchedRowsEqualRowsAlone) {
+  Shape s = GetParam();
+  s.m += 1;  // at least two rows
+  std::mt19937 rng(s.n * 5 + s.k + s.m * 3);
+  const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
+  std::vector<float> x(static_cast<size_t>(s.m) * s.k);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : x) v = dist(rng);
+  QuantizedActivations batch;
+  batch.Quantize(x.data(), s.m, s.k, s.k);
+  std::vector<float> y(static_cast<size_t>(s.m) * s.n);
+  QuantMatmul(w, batch, y.data(), s.n);
+  for (int m = 0; m < s.m; ++m) {
+    QuantizedActivations alone;
+    alone.Quantize(x.data() + static_cast<size_t>(m) * s.k, 1, s.k, s.k);
+    std::vector<float> y1(s.n);
+    QuantMatmul(w, alone, y1.data(), s.n);
+    for (int j = 0; j < s.n; ++j) ASSERT_EQ(y[static_cast<size_t>(m) * s.n + j], y1[j]) << "row " << m << " output " << j;
+  }
+}
+
 // The AVX2 kernels (CPUs without AVX-512 VNNI) against the portable one and float64, run
 // directly so they are checked on every CPU that has AVX2, whichever kernel QuantMatmul picks.
 TEST_P(QuantMatmulTest, Avx2KernelMatchesPortable) {

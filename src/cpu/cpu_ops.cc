@@ -97,13 +97,17 @@ void GeluTanhMulPortable(float* gate, const float* up, size_t count) {
 namespace {
 
 // Runs `kernel` over the array, split over the threads from `parallel_from` values: below
-// that the kernel takes less time than a fork-join (the AVX-512 kernels up to ~16k values, a
+// that the kernel takes less time than a fork-join (the vector kernels up to ~16k values, a
 // batch's; the scalar exp loop up to ~4k, a decode step's 1536 but not a batch's).
 using GatedKernel = void (*)(float*, const float*, size_t);
-void GatedActivation(float* gate, const float* up, size_t count, GatedKernel vector_kernel, GatedKernel portable_kernel) {
+struct GatedKernels {
+  GatedKernel avx512, avx2, portable;
+};
+void GatedActivation(float* gate, const float* up, size_t count, const GatedKernels& kernels) {
   static const bool avx512 = DetectCpu().avx512f;
-  const size_t parallel_from = avx512 ? 16384 : 4096;
-  const auto kernel = avx512 ? vector_kernel : portable_kernel;
+  static const bool avx2 = DetectCpu().avx2 && DetectCpu().fma;
+  const size_t parallel_from = avx512 || avx2 ? 16384 : 4096;
+  const auto kernel = avx512 ? kernels.avx512 : (avx2 ? kernels.avx2 : kernels.portable);
   if (count < parallel_from) {
     kernel(gate, up, count);
   } else {
@@ -114,11 +118,12 @@ void GatedActivation(float* gate, const float* up, size_t count, GatedKernel vec
 }  // namespace
 
 void SiluMul(float* gate, const float* up, size_t count) {
-  GatedActivation(gate, up, count, internal::SiluMulAvx512, internal::SiluMulPortable);
+  GatedActivation(gate, up, count, {internal::SiluMulAvx512, internal::SiluMulAvx2, internal::SiluMulPortable});
 }
 
 void GeluTanhMul(float* gate, const float* up, size_t count) {
-  GatedActivation(gate, up, count, internal::GeluTanhMulAvx512, internal::GeluTanhMulPortable);
+  GatedActivation(gate, up, count,
+                  {internal::GeluTanhMulAvx512, internal::GeluTanhMulAvx2, internal::GeluTanhMulPortable});
 }
 
 void AddInPlace(float* x, const float* y, size_t count) {

@@ -108,7 +108,7 @@ struct ProcessTuner {
   ProcessTuner() {
     Publish();
     const char* env = std::getenv("HETERO_PREFETCH_BYTES");
-    if (!QuantMatmulUsesAvx512()) {
+    if (std::strcmp(QuantMatmulKernelName(), "portable") == 0) {
       off = true;  // nothing reads the distance
     } else if (env != nullptr && *env != '\0') {
       uint32_t bytes = 0;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/weight_prefetch.h"
 #include "src/runtime/fp16.h"
 
 namespace hetero::internal {
@@ -53,6 +54,9 @@ void ClassicGroupHalf(const QuantizedWeights& w, int group, int half, const Quan
     for (int r = 0; r < kMaxRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
       const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
+      // The first pass over the group asks for the pair's unit ahead (weight_prefetch.h);
+      // the second half reads the same lines.
+      if (half == 0 && m0 == 0 && b % 2 == 0) PrefetchWeights(base + at.quants, kQ8 ? 1088 : 640, w.packed_end());
       const uint8_t* quants = base + at.quants + 32 * half;
       const __m256 d = Halves8(base + at.scales + 2 * lanes);
       if constexpr (kQ8) {
@@ -203,7 +207,81 @@ void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivation
   }
 }
 
+// One activation row (a decode step): both halves of a tile vector per pass, sharing the
+// activation words, nothing held across rows. Each lane's float steps are ClassicGroupHalf's,
+// in the same order (the integer sums are exact in any order), so a row's outputs do not
+// depend on how many rows share the product.
+template <TensorType T>
+void ClassicGroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y) {
+  constexpr bool kQ8 = T == TensorType::kQ8_0;
+  const int nb = w.k / kBlock;
+  const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  for (int b = 0; b < nb; ++b) {
+    const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
+    if (b % 2 == 0) PrefetchWeights(base + at.quants, kQ8 ? 1088 : 640, w.packed_end());
+    const uint8_t* quants = base + at.quants;
+    const int8_t* x = a.q.data() + b * kBlock;
+    const __m256 da = _mm256_set1_ps(a.d[b]);
+    const __m256 d0 = Halves8(base + at.scales), d1 = Halves8(base + at.scales + 16);
+    __m256i dot0, dot1;
+    if constexpr (kQ8) {
+      const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+      dot0 = dot1 = _mm256_setzero_si256();
+      for (int t = 0; t < 8; ++t) {
+        const __m256i xw = Word(x + 4 * t);
+        const __m256i w0 = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t)), bias);
+        const __m256i w1 =
+            _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t + 32)), bias);
+        dot0 = _mm256_add_epi32(
+            dot0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(xw, w0)), ones));
+        dot1 = _mm256_add_epi32(
+            dot1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(xw, w1)), ones));
+      }
+    } else {
+      __m256i pairs0 = _mm256_setzero_si256(), pairs1 = _mm256_setzero_si256();
+      for (int t = 0; t < 4; ++t) {
+        const __m256i xl = Word(x + 4 * t), xh = Word(x + 16 + 4 * t);
+        const __m256i p0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t));
+        const __m256i p1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t + 32));
+        pairs0 = _mm256_add_epi16(pairs0, _mm256_maddubs_epi16(_mm256_and_si256(p0, low_nibbles), xl));
+        pairs1 = _mm256_add_epi16(pairs1, _mm256_maddubs_epi16(_mm256_and_si256(p1, low_nibbles), xl));
+        pairs0 = _mm256_add_epi16(
+            pairs0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p0, 4), low_nibbles), xh));
+        pairs1 = _mm256_add_epi16(
+            pairs1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p1, 4), low_nibbles), xh));
+      }
+      dot0 = _mm256_madd_epi16(pairs0, ones);
+      dot1 = _mm256_madd_epi16(pairs1, ones);
+      if constexpr (T == TensorType::kQ4_0) {
+        const __m256i start = _mm256_set1_epi32(a.q4_0_offsets[b]);
+        dot0 = _mm256_add_epi32(dot0, start);
+        dot1 = _mm256_add_epi32(dot1, start);
+      }
+    }
+    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(d0, da), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(d1, da), acc1);
+    if constexpr (T == TensorType::kQ4_1) {
+      const __m256 d_sum = _mm256_set1_ps(a.d_sum[b]);
+      acc0 = _mm256_fmadd_ps(Halves8(base + at.scales + 32), d_sum, acc0);
+      acc1 = _mm256_fmadd_ps(Halves8(base + at.scales + 48), d_sum, acc1);
+    }
+  }
+  _mm256_storeu_ps(y + group * QuantizedWeights::kGroupRows, acc0);
+  _mm256_storeu_ps(y + group * QuantizedWeights::kGroupRows + 8, acc1);
+}
+
 void QuantGroupAvx2(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
+  if (a.rows == 1) {
+    switch (w.type) {
+      case TensorType::kQ4_0: ClassicGroupOneRow<TensorType::kQ4_0>(w, group, a, y); break;
+      case TensorType::kQ4_1: ClassicGroupOneRow<TensorType::kQ4_1>(w, group, a, y); break;
+      default: ClassicGroupOneRow<TensorType::kQ8_0>(w, group, a, y); break;
+    }
+    return;
+  }
   for (int half = 0; half < 2; ++half) {
     switch (w.type) {
       case TensorType::kQ4_0: ClassicGroupHalf<TensorType::kQ4_0>(w, group, half, a, y, ldy); break;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/weight_prefetch.h"
 
 namespace hetero::internal {
 namespace {
@@ -54,6 +55,7 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
   constexpr int kRuns = Runs(T);
   constexpr int kHi = HiPlanes(T);
   static const PackedUnitLayout layout = GetPackedUnitLayout(T);
+  static const size_t kPrefetchShare = (layout.bytes + kRuns * 64 - 1) / (kRuns * 64) * 64;
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
   const int lanes = 8 * half;  // first lane of this half
@@ -76,6 +78,9 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
         unit_dmin = Halves8(scales + 288 + 2 * lanes);
       }
       for (int run = 0; run < kRuns; ++run) {
+        // The first pass over the group asks for each run's share of the unit ahead, as the
+        // AVX-512 kernel does (weight_prefetch.h); the second half reads the same lines.
+        if (half == 0 && m0 == 0) PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, w.packed_end());
         const uint8_t* tile = unit + 256 * run + 32 * half;
         __m256i wq[8];
         const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
