@@ -2,8 +2,8 @@
 // Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL and the K-quants Q2_K..Q6_K, IQ4_XS: 2.6 to 8.5 bits per
 // weight instead of 16 for bf16) or are regrouped at about the same size, activations are
 // quantized to int8 per 32-element block, and the blocks meet in integer dot products
-// (AVX-512 VNNI vpdpbusd where the CPU has it, AVX2 vpmaddubsw for Q4_0/Q4_1/Q8_0 where it
-// has that, portable C++ otherwise).
+// (AVX-512 VNNI vpdpbusd where the CPU has it, else AVX2 vpmaddubsw on the same packed copy
+// for every format but IQ4_NL/IQ4_XS, portable C++ otherwise).
 #ifndef HETERO_CPU_QUANT_MATMUL_H_
 #define HETERO_CPU_QUANT_MATMUL_H_
 
