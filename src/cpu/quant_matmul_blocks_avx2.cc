@@ -2,8 +2,8 @@
 // without AVX-512 VNNI). Compiled with -mavx2 -mfma -mf16c; callers check the CPU first.
 // A group's 16 outputs are two halves of 8 lanes (the first and last 32 bytes of each tile
 // vector). Byte products go through vpmaddubsw, whose int16 pair sums cannot saturate:
-// codes reach 63 (Q6_K), so 2 * 63 * 127 = 16002. The IQ4 formats (levels up to 241) are not
-// run here.
+// codes reach 63 (Q6_K), so 2 * 63 * 127 = 16002; several of them add as int16 before one
+// vpmaddwd widens them (Int16Terms). The IQ4 formats (levels up to 241) are not run here.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -43,22 +43,175 @@ inline __m256i ExpandBits(uint32_t bits, __m256i value) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), value);
 }
 
-// Eight int32 sums, per lane, of 4 products of unsigned weight bytes and the broadcast word.
-inline __m256i Dot4(__m256i w, int32_t x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_set1_epi32(x)), _mm256_set1_epi16(1));
+// The largest code a format stores (unsigned, before its bias).
+constexpr int MaxCode(TensorType t) {
+  switch (t) {
+    case TensorType::kQ2_K: return 3;
+    case TensorType::kQ3_K: return 7;
+    case TensorType::kQ4_K: return 15;
+    case TensorType::kQ6_K: return 63;
+    default: return 31;  // Q5_0, Q5_1, Q5_K
+  }
+}
+// Formats with a scale per 16 weights: the two halves of a run are summed apart.
+constexpr bool SplitRuns(TensorType t) {
+  return t == TensorType::kQ6_K || t == TensorType::kQ3_K || t == TensorType::kQ2_K;
+}
+// How many vpmaddubsw results (each at most 2 * MaxCode * 127, as |activation| <= 127) add
+// as int16 without overflow before one vpmaddwd widens them: 8 for 4-bit codes, 4 for
+// 5-bit, 2 for Q6_K. Integer sums are exact in any grouping, so this changes no result.
+constexpr int Int16Terms(TensorType t) { return std::min(8, 32767 / (2 * MaxCode(t) * 127)); }
+
+// The int32 sum, per lane, of products[0..kCount), added as int16 in chunks of kChunk.
+template <int kCount, int kChunk>
+inline __m256i WidenedSum(const __m256i* products) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i total = _mm256_setzero_si256();
+  for (int c = 0; c < kCount; c += kChunk) {
+    __m256i chunk = products[c];
+    for (int i = 1; i < kChunk && c + i < kCount; ++i) chunk = _mm256_add_epi16(chunk, products[c + i]);
+    total = _mm256_add_epi32(total, _mm256_madd_epi16(chunk, ones));
+  }
+  return total;
 }
 
-// The outputs of lanes [8 half, 8 half + 8) of a group, for one activation row at a time
-// (the unpacked run serves every row). Arithmetic per output as in the AVX-512 kernel.
+// A unit's fp16 scales for the 8 lanes of one half.
+struct UnitScales {
+  __m256 d = _mm256_setzero_ps(), dmin = _mm256_setzero_ps();
+};
+
+template <TensorType T>
+inline UnitScales LoadUnitScales(const uint8_t* scales, int lanes) {
+  UnitScales s;
+  if constexpr (T == TensorType::kQ4_K || T == TensorType::kQ5_K || T == TensorType::kQ2_K) {
+    s.d = Halves8(scales + 256 + 2 * lanes);
+    s.dmin = Halves8(scales + 288 + 2 * lanes);
+  } else if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
+    s.d = Halves8(scales + 256 + 2 * lanes);
+  }
+  return s;
+}
+
+// One run of 32 weights for the 8 rows (lanes) of one half: codes, one per byte, in the
+// order of the activation words (wq[t]: weights 4t..4t+3, wq[t + 4]: 16+4t..16+4t+3), and
+// the float scale and offset of each lane (the _hi ones for weights 16..31 where the format
+// has a scale per 16).
+struct RunWeights {
+  __m256i wq[8];
+  __m256 scale, scale_hi, offset, offset_hi;
+};
+
+template <TensorType T>
+inline void LoadRun(const uint8_t* unit, int run, int half, const UnitScales& us, RunWeights& rw) {
+  constexpr int kHi = HiPlanes(T);
+  static const PackedUnitLayout layout = GetPackedUnitLayout(T);
+  const int lanes = 8 * half;
+  const uint8_t* scales = unit + layout.scales_at;
+  const uint8_t* tile = unit + 256 * run + 32 * half;
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
+  for (int t = 0; t < 4; ++t) {
+    const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 64 * t));
+    rw.wq[t] = _mm256_and_si256(packed, low_nibbles);
+    rw.wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
+  }
+  if constexpr (kHi == 2) {  // Q6_K's bits 4 and 5, stored as pairs (PackedUnitLayout)
+    const uint8_t* pairs = unit + layout.hi_at + static_cast<size_t>(run) * 128 + 32 * half;
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i p = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs + 64 * h));
+      rw.wq[4 * h] = _mm256_or_si256(rw.wq[4 * h], _mm256_and_si256(_mm256_slli_epi16(p, 4), bits45));
+      rw.wq[4 * h + 1] = _mm256_or_si256(rw.wq[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(p, 2), bits45));
+      rw.wq[4 * h + 2] = _mm256_or_si256(rw.wq[4 * h + 2], _mm256_and_si256(p, bits45));
+      rw.wq[4 * h + 3] = _mm256_or_si256(rw.wq[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(p, 2), bits45));
+    }
+  } else if constexpr (kHi > 0) {  // one plane (the Q5 formats): a mask per tile vector
+    static_assert(kHi == 1, "two planes are stored as pairs");
+    const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * 64;
+    for (int v = 0; v < 8; ++v) {
+      uint32_t bits;
+      std::memcpy(&bits, masks + 8 * v + 4 * half, 4);
+      rw.wq[v] = _mm256_or_si256(rw.wq[v], ExpandBits(bits, _mm256_set1_epi8(16)));
+    }
+  }
+  rw.scale_hi = rw.offset = rw.offset_hi = _mm256_setzero_ps();
+  if constexpr (T == TensorType::kQ5_0) {
+    rw.scale = Halves8(scales + 2 * lanes);
+    rw.offset = _mm256_mul_ps(rw.scale, _mm256_set1_ps(-16.0f));
+  } else if constexpr (T == TensorType::kQ5_1) {
+    rw.scale = Halves8(scales + 2 * lanes);
+    rw.offset = Halves8(scales + 32 + 2 * lanes);
+  } else if constexpr (T == TensorType::kQ4_K || T == TensorType::kQ5_K) {
+    rw.scale = _mm256_mul_ps(us.d, Bytes8(scales + 16 * run + lanes));
+    rw.offset = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(us.dmin, Bytes8(scales + 128 + 16 * run + lanes)));
+  } else if constexpr (T == TensorType::kQ2_K) {
+    int64_t lo_bytes, hi_bytes;
+    std::memcpy(&lo_bytes, scales + 32 * run + lanes, 8);
+    std::memcpy(&hi_bytes, scales + 32 * run + 16 + lanes, 8);
+    const __m256i lo = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(lo_bytes));
+    const __m256i hi = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(hi_bytes));
+    const __m256i nibble = _mm256_set1_epi32(0x0F);
+    const __m256 neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), us.dmin);
+    rw.scale = _mm256_mul_ps(us.d, _mm256_cvtepi32_ps(_mm256_and_si256(lo, nibble)));
+    rw.scale_hi = _mm256_mul_ps(us.d, _mm256_cvtepi32_ps(_mm256_and_si256(hi, nibble)));
+    rw.offset = _mm256_mul_ps(neg_dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4)));
+    rw.offset_hi = _mm256_mul_ps(neg_dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4)));
+  } else {  // Q6_K, Q3_K
+    rw.scale = _mm256_mul_ps(us.d, SignedBytes8(scales + 32 * run + lanes));
+    rw.scale_hi = _mm256_mul_ps(us.d, SignedBytes8(scales + 32 * run + 16 + lanes));
+  }
+}
+
+// acc plus the run's 32 products for activation row m, block b (lane j: row j's weights).
+// With the broadcast activation word of the same 4 weights, vpmaddubsw gives each lane's
+// 4 products in int16 pairs, as vpdpbusd does in the AVX-512 kernel.
+template <TensorType T>
+inline __m256 AccumulateRun(const RunWeights& rw, const QuantizedActivations& a, size_t m, int b, int nb, __m256 acc) {
+  constexpr int kTerms = Int16Terms(T);
+  const int8_t* x = a.q.data() + m * a.cols + b * 32;
+  __m256i products[8];
+  for (int t = 0; t < 4; ++t) {
+    int32_t x0, x1;
+    std::memcpy(&x0, x + 4 * t, 4);
+    std::memcpy(&x1, x + 16 + 4 * t, 4);
+    products[t] = _mm256_maddubs_epi16(rw.wq[t], _mm256_set1_epi32(x0));
+    products[t + 4] = _mm256_maddubs_epi16(rw.wq[t + 4], _mm256_set1_epi32(x1));
+  }
+  const size_t blk = m * nb + b;
+  const float dm = a.d[blk];
+  const __m256 da = _mm256_set1_ps(dm);
+  if constexpr (SplitRuns(T)) {
+    __m256i dot0 = WidenedSum<4, kTerms>(products), dot1 = WidenedSum<4, kTerms>(products + 4);
+    const int32_t* hs = a.half_sums.data() + blk * 2;
+    if constexpr (T == TensorType::kQ2_K) {
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(rw.scale, da), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(rw.scale_hi, da), acc);
+      acc = _mm256_fmadd_ps(rw.offset, _mm256_set1_ps(dm * static_cast<float>(hs[0])), acc);
+      acc = _mm256_fmadd_ps(rw.offset_hi, _mm256_set1_ps(dm * static_cast<float>(hs[1])), acc);
+    } else {
+      constexpr int kBias = T == TensorType::kQ6_K ? 32 : 4;
+      dot0 = _mm256_sub_epi32(dot0, _mm256_set1_epi32(kBias * hs[0]));
+      dot1 = _mm256_sub_epi32(dot1, _mm256_set1_epi32(kBias * hs[1]));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(rw.scale, da), acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(rw.scale_hi, da), acc);
+    }
+  } else {
+    const __m256 dot = _mm256_cvtepi32_ps(WidenedSum<8, kTerms>(products));
+    acc = _mm256_fmadd_ps(dot, _mm256_mul_ps(rw.scale, da), acc);
+    acc = _mm256_fmadd_ps(rw.offset, _mm256_set1_ps(a.d_sum[blk]), acc);
+  }
+  return acc;
+}
+
+// Lanes [8 half, 8 half + 8) of a group for every activation row, kMaxRows at a time so
+// that each run's unpacked weights serve all of them.
 template <TensorType T>
 void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedActivations& a, float* y, int ldy) {
   constexpr int kRuns = Runs(T);
-  constexpr int kHi = HiPlanes(T);
   static const PackedUnitLayout layout = GetPackedUnitLayout(T);
   static const size_t kPrefetchShare = (layout.bytes + kRuns * 64 - 1) / (kRuns * 64) * 64;
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
-  const int lanes = 8 * half;  // first lane of this half
+  // 8 rows share each unpacking (and Q8_0's sign work): faster than 4 or 16 on a Zen 3.
   constexpr int kMaxRows = 8;
   for (int m0 = 0; m0 < a.rows; m0 += kMaxRows) {
     const int rows = std::min(kMaxRows, a.rows - m0);
@@ -66,116 +219,56 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
     for (int r = 0; r < kMaxRows; ++r) acc[r] = _mm256_setzero_ps();
     const uint8_t* unit = w.packed_bytes() + static_cast<size_t>(group) * units * layout.bytes;
     for (int u = 0; u < units; ++u, unit += layout.bytes) {
-      const uint8_t* scales = unit + layout.scales_at;
-      __m256 unit_d = _mm256_setzero_ps(), unit_dmin = _mm256_setzero_ps();
-      if constexpr (T == TensorType::kQ4_K || T == TensorType::kQ5_K) {
-        unit_d = Halves8(scales + 256 + 2 * lanes);
-        unit_dmin = Halves8(scales + 288 + 2 * lanes);
-      } else if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
-        unit_d = Halves8(scales + 256 + 2 * lanes);
-      } else if constexpr (T == TensorType::kQ2_K) {
-        unit_d = Halves8(scales + 256 + 2 * lanes);
-        unit_dmin = Halves8(scales + 288 + 2 * lanes);
-      }
+      const UnitScales us = LoadUnitScales<T>(unit + layout.scales_at, 8 * half);
       for (int run = 0; run < kRuns; ++run) {
         // The first pass over the group asks for each run's share of the unit ahead, as the
         // AVX-512 kernel does (weight_prefetch.h); the second half reads the same lines.
         if (half == 0 && m0 == 0) PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, w.packed_end());
-        const uint8_t* tile = unit + 256 * run + 32 * half;
-        __m256i wq[8];
-        const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
-        for (int t = 0; t < 4; ++t) {
-          const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(tile + 64 * t));
-          wq[t] = _mm256_and_si256(packed, low_nibbles);
-          wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
-        }
-        if constexpr (kHi == 2) {  // Q6_K's bits 4 and 5, stored as pairs (PackedUnitLayout)
-          const uint8_t* pairs = unit + layout.hi_at + static_cast<size_t>(run) * 128 + 32 * half;
-          const __m256i bits45 = _mm256_set1_epi8(0x30);
-          for (int h = 0; h < 2; ++h) {
-            const __m256i p = _mm256_load_si256(reinterpret_cast<const __m256i*>(pairs + 64 * h));
-            wq[4 * h] = _mm256_or_si256(wq[4 * h], _mm256_and_si256(_mm256_slli_epi16(p, 4), bits45));
-            wq[4 * h + 1] = _mm256_or_si256(wq[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(p, 2), bits45));
-            wq[4 * h + 2] = _mm256_or_si256(wq[4 * h + 2], _mm256_and_si256(p, bits45));
-            wq[4 * h + 3] = _mm256_or_si256(wq[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(p, 2), bits45));
-          }
-        } else if constexpr (kHi > 0) {  // one plane (the Q5 formats): a mask per tile vector
-          static_assert(kHi == 1, "two planes are stored as pairs");
-          const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * 64;
-          for (int v = 0; v < 8; ++v) {
-            uint32_t bits;
-            std::memcpy(&bits, masks + 8 * v + 4 * half, 4);
-            wq[v] = _mm256_or_si256(wq[v], ExpandBits(bits, _mm256_set1_epi8(16)));
-          }
-        }
-        __m256 scale, scale_hi = _mm256_setzero_ps(), offset = _mm256_setzero_ps(), offset_hi = _mm256_setzero_ps();
-        if constexpr (T == TensorType::kQ5_0) {
-          scale = Halves8(scales + 2 * lanes);
-          offset = _mm256_mul_ps(scale, _mm256_set1_ps(-16.0f));
-        } else if constexpr (T == TensorType::kQ5_1) {
-          scale = Halves8(scales + 2 * lanes);
-          offset = Halves8(scales + 32 + 2 * lanes);
-        } else if constexpr (T == TensorType::kQ4_K || T == TensorType::kQ5_K) {
-          scale = _mm256_mul_ps(unit_d, Bytes8(scales + 16 * run + lanes));
-          offset = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(unit_dmin, Bytes8(scales + 128 + 16 * run + lanes)));
-        } else if constexpr (T == TensorType::kQ2_K) {
-          int64_t lo_bytes, hi_bytes;
-          std::memcpy(&lo_bytes, scales + 32 * run + lanes, 8);
-          std::memcpy(&hi_bytes, scales + 32 * run + 16 + lanes, 8);
-          const __m256i lo = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(lo_bytes));
-          const __m256i hi = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(hi_bytes));
-          const __m256i nibble = _mm256_set1_epi32(0x0F);
-          const __m256 neg_dmin = _mm256_sub_ps(_mm256_setzero_ps(), unit_dmin);
-          scale = _mm256_mul_ps(unit_d, _mm256_cvtepi32_ps(_mm256_and_si256(lo, nibble)));
-          scale_hi = _mm256_mul_ps(unit_d, _mm256_cvtepi32_ps(_mm256_and_si256(hi, nibble)));
-          offset = _mm256_mul_ps(neg_dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(lo, 4)));
-          offset_hi = _mm256_mul_ps(neg_dmin, _mm256_cvtepi32_ps(_mm256_srli_epi32(hi, 4)));
-        } else {  // Q6_K, Q3_K
-          scale = _mm256_mul_ps(unit_d, SignedBytes8(scales + 32 * run + lanes));
-          scale_hi = _mm256_mul_ps(unit_d, SignedBytes8(scales + 32 * run + 16 + lanes));
-        }
-        const int b = u * kRuns + run;
-        for (int r = 0; r < rows; ++r) {
-          const int m = m0 + r;
-          const uint8_t* x = reinterpret_cast<const uint8_t*>(a.q.data()) + static_cast<size_t>(m) * a.cols + b * 32;
-          __m256i dot0 = _mm256_setzero_si256(), dot1 = _mm256_setzero_si256();
-          for (int t = 0; t < 4; ++t) {
-            int32_t x0, x1;
-            std::memcpy(&x0, x + 4 * t, 4);
-            std::memcpy(&x1, x + 16 + 4 * t, 4);
-            dot0 = _mm256_add_epi32(dot0, Dot4(wq[t], x0));
-            dot1 = _mm256_add_epi32(dot1, Dot4(wq[t + 4], x1));
-          }
-          const float dm = a.d[static_cast<size_t>(m) * nb + b];
-          const __m256 da = _mm256_set1_ps(dm);
-          const int32_t* hs = a.half_sums.data() + (static_cast<size_t>(m) * nb + b) * 2;
-          if constexpr (T == TensorType::kQ6_K || T == TensorType::kQ3_K) {
-            constexpr int kBias = T == TensorType::kQ6_K ? 32 : 4;
-            dot0 = _mm256_sub_epi32(dot0, _mm256_set1_epi32(kBias * hs[0]));
-            dot1 = _mm256_sub_epi32(dot1, _mm256_set1_epi32(kBias * hs[1]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(scale, da), acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(scale_hi, da), acc[r]);
-          } else if constexpr (T == TensorType::kQ2_K) {
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(scale, da), acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(scale_hi, da), acc[r]);
-            acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(dm * static_cast<float>(hs[0])), acc[r]);
-            acc[r] = _mm256_fmadd_ps(offset_hi, _mm256_set1_ps(dm * static_cast<float>(hs[1])), acc[r]);
-          } else {
-            const __m256 dot = _mm256_cvtepi32_ps(_mm256_add_epi32(dot0, dot1));
-            acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(scale, da), acc[r]);
-            acc[r] = _mm256_fmadd_ps(offset, _mm256_set1_ps(a.d_sum[static_cast<size_t>(m) * nb + b]), acc[r]);
-          }
-        }
+        RunWeights rw;
+        LoadRun<T>(unit, run, half, us, rw);
+        for (int r = 0; r < rows; ++r) acc[r] = AccumulateRun<T>(rw, a, m0 + r, u * kRuns + run, nb, acc[r]);
       }
     }
     for (int r = 0; r < rows; ++r) {
-      _mm256_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * kRows + lanes, acc[r]);
+      _mm256_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * kRows + 8 * half, acc[r]);
     }
   }
 }
 
+// One activation row (a decode step): both halves per run in one pass over the group. Each
+// lane's float steps are GroupHalf's in the same order, so a row's outputs do not depend on
+// how many rows share the product.
+template <TensorType T>
+void GroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y) {
+  constexpr int kRuns = Runs(T);
+  static const PackedUnitLayout layout = GetPackedUnitLayout(T);
+  static const size_t kPrefetchShare = (layout.bytes + kRuns * 64 - 1) / (kRuns * 64) * 64;
+  const int units = w.k / (32 * kRuns);
+  const int nb = w.k / 32;
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  const uint8_t* unit = w.packed_bytes() + static_cast<size_t>(group) * units * layout.bytes;
+  for (int u = 0; u < units; ++u, unit += layout.bytes) {
+    const UnitScales us0 = LoadUnitScales<T>(unit + layout.scales_at, 0);
+    const UnitScales us1 = LoadUnitScales<T>(unit + layout.scales_at, 8);
+    for (int run = 0; run < kRuns; ++run) {
+      PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, w.packed_end());
+      RunWeights rw;
+      LoadRun<T>(unit, run, 0, us0, rw);
+      acc0 = AccumulateRun<T>(rw, a, 0, u * kRuns + run, nb, acc0);
+      LoadRun<T>(unit, run, 1, us1, rw);
+      acc1 = AccumulateRun<T>(rw, a, 0, u * kRuns + run, nb, acc1);
+    }
+  }
+  _mm256_storeu_ps(y + group * kRows, acc0);
+  _mm256_storeu_ps(y + group * kRows + 8, acc1);
+}
+
 template <TensorType T>
 void GroupOfType(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
+  if (a.rows == 1) {
+    GroupOneRow<T>(w, group, a, y);
+    return;
+  }
   GroupHalf<T>(w, group, 0, a, y, ldy);
   GroupHalf<T>(w, group, 1, a, y, ldy);
 }
