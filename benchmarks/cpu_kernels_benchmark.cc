@@ -246,7 +246,7 @@ BENCHMARK(BM_QuantBatchedRows)
     ->ArgsProduct({{12, 13, 14, 23}, {576}, {1536}, {1, 8}})  // Q4_K, Q5_K, Q6_K, IQ4_XS
     ->ArgsProduct({{10, 11}, {576}, {1536}, {1}})          // Q2_K, Q3_K (portable kernel)
     // A prompt's share: 64 rows, so each group's weights serve many rows from L1.
-    ->ArgsProduct({{2, 3, 8, 12, 13, 14}, {576}, {1536}, {64}})
+    ->ArgsProduct({{2, 3, 6, 8, 12, 13, 14}, {576}, {1536}, {64}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The transient bf16 copy of a native matrix that the prompt GEMM path makes.

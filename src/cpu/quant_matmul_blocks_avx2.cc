@@ -34,11 +34,13 @@ inline __m256 SignedBytes8(const uint8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(v)));
 }
 
-// 32 mask bits as 32 bytes: `value` where the bit is set, 0 elsewhere.
-inline __m256i ExpandBits(uint32_t bits, __m256i value) {
+// The 32 mask bits at bytes [first, first + 4) of each 128-bit lane of `bytes` (both lanes
+// alike) as 32 bytes: `value` where bit i is set, 0 elsewhere.
+inline __m256i ExpandMaskBytes(__m256i bytes, int first, __m256i value) {
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+      bytes, _mm256_add_epi8(_mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                              3, 3, 3, 3, 3, 3, 3),
+                             _mm256_set1_epi8(static_cast<char>(first))));
   const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select), value);
 }
@@ -126,11 +128,13 @@ inline void LoadRun(const uint8_t* unit, int run, int half, const UnitScales& us
     }
   } else if constexpr (kHi > 0) {  // one plane (the Q5 formats): a mask per tile vector
     static_assert(kHi == 1, "two planes are stored as pairs");
+    // Tile vector v's mask bits for lanes 8 half.. are bytes 8 v + 4 half .. + 3: one
+    // 16-byte load, copied to both 128-bit lanes, serves two tile vectors.
     const uint8_t* masks = unit + layout.hi_at + static_cast<size_t>(run) * 64;
-    for (int v = 0; v < 8; ++v) {
-      uint32_t bits;
-      std::memcpy(&bits, masks + 8 * v + 4 * half, 4);
-      rw.wq[v] = _mm256_or_si256(rw.wq[v], ExpandBits(bits, _mm256_set1_epi8(16)));
+    for (int v = 0; v < 8; v += 2) {
+      const __m256i pair = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(masks + 8 * v)));
+      rw.wq[v] = _mm256_or_si256(rw.wq[v], ExpandMaskBytes(pair, 4 * half, _mm256_set1_epi8(16)));
+      rw.wq[v + 1] = _mm256_or_si256(rw.wq[v + 1], ExpandMaskBytes(pair, 8 + 4 * half, _mm256_set1_epi8(16)));
     }
   }
   rw.scale_hi = rw.offset = rw.offset_hi = _mm256_setzero_ps();
