@@ -122,20 +122,7 @@ TEST_P(QuantMatmulTest, BatchedRowsEqualRowsAlone) {
   std::mt19937 rng(s.n * 5 + s.k + s.m * 3);
   const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
   const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
-  std::vector<float> x(static_cast<size_t>(s.m) * s.k);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (float& v : x) v = dist(rng);
-  QuantizedActivations batch;
-  batch.Quantize(x.data(), s.m, s.k, s.k);
-  std::vector<float> y(static_cast<size_t>(s.m) * s.n);
-  QuantMatmul(w, batch, y.data(), s.n);
-  for (int m = 0; m < s.m; ++m) {
-    QuantizedActivations alone;
-    alone.Quantize(x.data() + static_cast<size_t>(m) * s.k, 1, s.k, s.k);
-    std::vector<float> y1(s.n);
-    QuantMatmul(w, alone, y1.data(), s.n);
-    for (int j = 0; j < s.n; ++j) ASSERT_EQ(y[static_cast<size_t>(m) * s.n + j], y1[j]) << "row " << m << " output " << j;
-  }
+  ::hetero::testing::ExpectBatchedRowsEqualRowsAlone(w, s.m, rng);
 }
 
 // The AVX2 kernels (CPUs without AVX-512 VNNI) against the portable one and float64, run

@@ -22,6 +22,19 @@ constexpr int HiPlanes(TensorType t) {
   return t == TensorType::kQ6_K ? 2 : (t == TensorType::kQ5_0 || t == TensorType::kQ5_1 || t == TensorType::kQ5_K ? 1 : 0);
 }
 
+// The packed unit of format T (PackedUnitLayout), and the share of it each run asks to be
+// prefetched ahead (as the AVX-512 kernel does, weight_prefetch.h).
+template <TensorType T>
+const PackedUnitLayout& Layout() {
+  static const PackedUnitLayout layout = GetPackedUnitLayout(T);
+  return layout;
+}
+template <TensorType T>
+size_t PrefetchShare() {
+  static const size_t share = (Layout<T>().bytes + Runs(T) * 64 - 1) / (Runs(T) * 64) * 64;
+  return share;
+}
+
 inline __m256 Halves8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline __m256 Bytes8(const uint8_t* p) {
   int64_t v;
@@ -106,7 +119,7 @@ struct RunWeights {
 template <TensorType T>
 inline void LoadRun(const uint8_t* unit, int run, int half, const UnitScales& us, RunWeights& rw) {
   constexpr int kHi = HiPlanes(T);
-  static const PackedUnitLayout layout = GetPackedUnitLayout(T);
+  const PackedUnitLayout& layout = Layout<T>();
   const int lanes = 8 * half;
   const uint8_t* scales = unit + layout.scales_at;
   const uint8_t* tile = unit + 256 * run + 32 * half;
@@ -211,8 +224,8 @@ inline __m256 AccumulateRun(const RunWeights& rw, const QuantizedActivations& a,
 template <TensorType T>
 void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedActivations& a, float* y, int ldy) {
   constexpr int kRuns = Runs(T);
-  static const PackedUnitLayout layout = GetPackedUnitLayout(T);
-  static const size_t kPrefetchShare = (layout.bytes + kRuns * 64 - 1) / (kRuns * 64) * 64;
+  const PackedUnitLayout& layout = Layout<T>();
+  const size_t prefetch_share = PrefetchShare<T>();
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
   // 8 rows share each unpacking (and Q8_0's sign work): faster than 4 or 16 on a Zen 3.
@@ -227,7 +240,7 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
       for (int run = 0; run < kRuns; ++run) {
         // The first pass over the group asks for each run's share of the unit ahead, as the
         // AVX-512 kernel does (weight_prefetch.h); the second half reads the same lines.
-        if (half == 0 && m0 == 0) PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, w.packed_end());
+        if (half == 0 && m0 == 0) PrefetchWeights(unit + run * prefetch_share, prefetch_share, w.packed_end());
         RunWeights rw;
         LoadRun<T>(unit, run, half, us, rw);
         for (int r = 0; r < rows; ++r) acc[r] = AccumulateRun<T>(rw, a, m0 + r, u * kRuns + run, nb, acc[r]);
@@ -245,8 +258,8 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
 template <TensorType T>
 void GroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y) {
   constexpr int kRuns = Runs(T);
-  static const PackedUnitLayout layout = GetPackedUnitLayout(T);
-  static const size_t kPrefetchShare = (layout.bytes + kRuns * 64 - 1) / (kRuns * 64) * 64;
+  const PackedUnitLayout& layout = Layout<T>();
+  const size_t prefetch_share = PrefetchShare<T>();
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -255,7 +268,7 @@ void GroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivation
     const UnitScales us0 = LoadUnitScales<T>(unit + layout.scales_at, 0);
     const UnitScales us1 = LoadUnitScales<T>(unit + layout.scales_at, 8);
     for (int run = 0; run < kRuns; ++run) {
-      PrefetchWeights(unit + run * kPrefetchShare, kPrefetchShare, w.packed_end());
+      PrefetchWeights(unit + run * prefetch_share, prefetch_share, w.packed_end());
       RunWeights rw;
       LoadRun<T>(unit, run, 0, us0, rw);
       acc0 = AccumulateRun<T>(rw, a, 0, u * kRuns + run, nb, acc0);
