@@ -136,6 +136,9 @@ TEST_P(AttentionDecodeTest, PartsMergeToTheWholeRow) {
   std::vector<std::pair<Kernel, const char*>> kernels = {{internal::AttendDecodePortable, "portable"}};
   if (DetectCpu().avx2 && DetectCpu().fma) kernels.push_back({internal::AttendDecodeAvx2, "avx2"});
   if (DetectCpu().avx512f) kernels.push_back({internal::AttendDecodeAvx512, "avx512"});
+  std::vector<std::pair<internal::PartsSum, const char*>> merges = {{internal::PartsSum::kPortable, "portable"}};
+  if (DetectCpu().avx2 && DetectCpu().fma) merges.push_back({internal::PartsSum::kAvx2, "avx2"});
+  if (DetectCpu().avx512f && c.head_dim % 16 == 0) merges.push_back({internal::PartsSum::kAvx512, "avx512"});
   for (const int part_keys : {1, 7, 16, 64}) {
     const int parts = (c.n_keys + part_keys - 1) / part_keys;
     for (const auto& [kernel, name] : kernels) {
@@ -150,14 +153,18 @@ TEST_P(AttentionDecodeTest, PartsMergeToTheWholeRow) {
                                     head_floats, scale,   max.data() + p * c.group,  sum.data() + p * c.group};
         kernel(query, scores.data(), outs.data() + p * q.size());
       }
-      std::vector<float> got(q.size(), -1.0f);
-      internal::MergeAttentionParts(parts, c.group, c.head_dim, outs.data(), max.data(), sum.data(), got.data());
-      double err = 0, norm = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        err += (got[i] - want[i]) * (got[i] - want[i]);
-        norm += want[i] * want[i];
+      // Every weighted sum of the parts this CPU runs (their bits differ, their error not).
+      for (const auto& [merge, merge_name] : merges) {
+        std::vector<float> got(q.size(), -1.0f);
+        internal::MergeAttentionParts(parts, c.group, c.head_dim, outs.data(), max.data(), sum.data(), got.data(),
+                                      merge);
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          err += (got[i] - want[i]) * (got[i] - want[i]);
+          norm += want[i] * want[i];
+        }
+        EXPECT_LT(std::sqrt(err / norm), 2e-6) << name << " in parts of " << part_keys << ", merged " << merge_name;
       }
-      EXPECT_LT(std::sqrt(err / norm), 2e-6) << name << " in parts of " << part_keys;
     }
   }
 }

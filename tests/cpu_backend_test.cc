@@ -361,7 +361,11 @@ TEST_P(ReferenceTest, Gemma3MatchesItsNumpyReference) {
 INSTANTIATE_TEST_SUITE_P(Precisions, ReferenceTest,
                          ::testing::Values(Mode{CpuPrecision::kF32, 1e-5, 1e-4, 0.0},
                                            Mode{CpuPrecision::kBf16, 1e-2, 3e-2, 0.3},
-                                           Mode{CpuPrecision::kAuto, 1e-2, 8e-2, 0.3}),
+                                           // The default model's int8 activations: its relative L2 is
+                                           // chaotic in the rounding (a 1-ulp change of the attention
+                                           // scale gave 0.020-0.091 over 27 prompt x ulp cases, median
+                                           // 0.031, Zen 3, 2026-12-07); a wrong weight or layout is 0.3+.
+                                           Mode{CpuPrecision::kAuto, 1e-2, 0.12, 0.3}),
                          [](const auto& info) {
                            switch (info.param.precision) {
                              case CpuPrecision::kF32: return "F32";

@@ -55,7 +55,7 @@ void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out) {
 }
 
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
-                         float* out, bool avx512) {
+                         float* out, PartsSum kernel) {
   absl::InlinedVector<float, 16> weight(parts);
   for (int h = 0; h < group; ++h) {
     float top = -std::numeric_limits<float>::infinity();
@@ -70,8 +70,12 @@ void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, 
     const float* first = outs + static_cast<size_t>(h) * head_dim;
     const size_t part_stride = static_cast<size_t>(group) * head_dim;
     float* o = out + static_cast<size_t>(h) * head_dim;
-    if (avx512) {
+    if (kernel == PartsSum::kAvx512) {
       WeightedPartsAvx512(parts, weight.data(), first, part_stride, head_dim, o);
+      continue;
+    }
+    if (kernel == PartsSum::kAvx2) {
+      WeightedPartsAvx2(parts, weight.data(), first, part_stride, head_dim, o);
       continue;
     }
     std::fill(o, o + head_dim, 0.0f);
@@ -106,7 +110,11 @@ bool HasAvx2() {
 bool Attention::Simd() const { return HasAvx512() && s_.head_dim % 16 == 0; }
 
 void Attention::Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const {
-  internal::MergeAttentionParts(parts, s_.n_heads / s_.n_kv_heads, s_.head_dim, outs, max, sum, out, Simd());
+  using internal::PartsSum;
+  const PartsSum kernel = Simd() ? PartsSum::kAvx512
+                          : HasAvx2() && s_.head_dim % 8 == 0 ? PartsSum::kAvx2
+                                                               : PartsSum::kPortable;
+  internal::MergeAttentionParts(parts, s_.n_heads / s_.n_kv_heads, s_.head_dim, outs, max, sum, out, kernel);
 }
 
 void Attention::AttendPart(const float* q, const SequenceKv& kv, const TransposedKeys* kt, const RowKeys& keys,

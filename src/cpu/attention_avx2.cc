@@ -4,6 +4,7 @@
 // keys as stored, so a row's result still depends only on its query and its keys.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "src/cpu/attention_kernels.h"
@@ -24,7 +25,9 @@ inline float Max8(__m256 v) {
   return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
 }
 
-// The horizontal sums of four vectors as one 4-float vector.
+// The horizontal sums of four vectors as one 4-float vector. Every score's eight lane sums
+// go through this one tree, ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)), whichever
+// keys and heads share a pass: a score depends only on its query and its key.
 inline __m128 SumFour(__m256 a, __m256 b, __m256 c, __m256 d) {
   const __m256 ab = _mm256_hadd_ps(a, b);  // a01 a23 b01 b23 | a45 a67 b45 b67
   const __m256 cd = _mm256_hadd_ps(c, d);
@@ -55,30 +58,58 @@ struct KeyWalker {
   }
 };
 
-// The scaled scores of H query heads (q: H x hd) against four keys: four scores at
-// out + h * ld for each head h. Each key's four chains share its loads across the heads.
-template <int H>
-inline void ScoreFourKeys(const float* q, int hd, const float* const* k, float scale, float* out, size_t ld) {
-  __m256 acc[H][4];
-#pragma GCC unroll 2
+// The scaled scores of H query heads (q: H x hd) against K keys (K <= 4): K scores at
+// out + h * ld for each head h. Each key's chains share its loads across the heads, and
+// each head's query chunk serves all K keys: three heads by three keys keep 13 of the 16
+// vector registers busy with 6 loads per 9 multiply-adds.
+template <int H, int K>
+inline void ScoreKeys(const float* q, int hd, const float* const* k, float scale, float* out, size_t ld) {
+  __m256 acc[H][K];
+#pragma GCC unroll 3
   for (int h = 0; h < H; ++h) {
-    for (int i = 0; i < 4; ++i) acc[h][i] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int i = 0; i < K; ++i) acc[h][i] = _mm256_setzero_ps();
   }
   for (int c = 0; c < hd; c += 8) {
-    const __m256 k0 = _mm256_loadu_ps(k[0] + c), k1 = _mm256_loadu_ps(k[1] + c), k2 = _mm256_loadu_ps(k[2] + c),
-                 k3 = _mm256_loadu_ps(k[3] + c);
-#pragma GCC unroll 2
+    __m256 kc[K];
+#pragma GCC unroll 4
+    for (int i = 0; i < K; ++i) kc[i] = _mm256_loadu_ps(k[i] + c);
+#pragma GCC unroll 3
     for (int h = 0; h < H; ++h) {
       const __m256 qc = _mm256_loadu_ps(q + static_cast<size_t>(h) * hd + c);
-      acc[h][0] = _mm256_fmadd_ps(qc, k0, acc[h][0]);
-      acc[h][1] = _mm256_fmadd_ps(qc, k1, acc[h][1]);
-      acc[h][2] = _mm256_fmadd_ps(qc, k2, acc[h][2]);
-      acc[h][3] = _mm256_fmadd_ps(qc, k3, acc[h][3]);
+#pragma GCC unroll 4
+      for (int i = 0; i < K; ++i) acc[h][i] = _mm256_fmadd_ps(qc, kc[i], acc[h][i]);
     }
   }
-#pragma GCC unroll 2
+  const __m128i keep = _mm_cmpgt_epi32(_mm_set1_epi32(K), _mm_setr_epi32(0, 1, 2, 3));
+#pragma GCC unroll 3
   for (int h = 0; h < H; ++h) {
-    _mm_storeu_ps(out + h * ld, _mm_mul_ps(SumFour(acc[h][0], acc[h][1], acc[h][2], acc[h][3]), _mm_set1_ps(scale)));
+    const __m128 sums = SumFour(acc[h][0], acc[h][K > 1 ? 1 : 0], acc[h][K > 2 ? 2 : 0], acc[h][K > 3 ? 3 : 0]);
+    const __m128 scaled = _mm_mul_ps(sums, _mm_set1_ps(scale));
+    if constexpr (K == 4) {
+      _mm_storeu_ps(out + h * ld, scaled);
+    } else {
+      _mm_maskstore_ps(out + h * ld, keep, scaled);  // not past the row: the next head's scores follow
+    }
+  }
+}
+
+// Every key's scores for heads [h0, h0 + H): K keys per pass, the rest one at a time.
+template <int H, int K>
+inline void ScoreAllKeys(const DecodeQuery& query, int h0, size_t ld, float* scores) {
+  KeyWalker key(query, query.k_offset);
+  const int hd = query.head_dim;
+  const float* q = query.q + static_cast<size_t>(h0) * hd;
+  float* out = scores + h0 * ld;
+  int j = 0;
+  for (; j + K <= query.n_keys; j += K) {
+    const float* k[K];
+    for (const float*& p : k) p = key.Next();
+    ScoreKeys<H, K>(q, hd, k, query.scale, out + j, ld);
+  }
+  for (; j < query.n_keys; ++j) {
+    const float* k[1] = {key.Next()};
+    ScoreKeys<H, 1>(q, hd, k, query.scale, out + j, ld);
   }
 }
 
@@ -95,7 +126,7 @@ inline void WeightedValueColumns(const float* p, size_t ld, int n, KeyWalker val
     __m256 vc[W];
 #pragma GCC unroll 4
     for (int u = 0; u < W; ++u) vc[u] = _mm256_loadu_ps(v + 8 * u);
-#pragma GCC unroll 2
+#pragma GCC unroll 3
     for (int h = 0; h < H; ++h) {
       const __m256 ph = _mm256_set1_ps(p[h * ld + j]);
 #pragma GCC unroll 4
@@ -109,57 +140,62 @@ inline void WeightedValueColumns(const float* p, size_t ld, int n, KeyWalker val
   }
 }
 
+// Columns W chunks at a time, W at most kMaxW: three heads take three chunks (13 registers).
 template <int H>
 inline void WeightedValues(const float* p, size_t ld, int n, const KeyWalker& value, const float* inv, int hd,
                            float* out) {
+  constexpr int kMaxW = H == 3 ? 3 : 4;
   const int chunks = hd / 8;
-  for (int c0 = 0; c0 < chunks; c0 += 4) {
-    switch (chunks - c0) {
+  for (int c0 = 0; c0 < chunks; c0 += kMaxW) {
+    switch (std::min(kMaxW, chunks - c0)) {
       case 1: WeightedValueColumns<H, 1>(p, ld, n, value, 8 * c0, inv, hd, out); break;
       case 2: WeightedValueColumns<H, 2>(p, ld, n, value, 8 * c0, inv, hd, out); break;
       case 3: WeightedValueColumns<H, 3>(p, ld, n, value, 8 * c0, inv, hd, out); break;
-      default: WeightedValueColumns<H, 4>(p, ld, n, value, 8 * c0, inv, hd, out); break;
+      default: WeightedValueColumns<H, kMaxW>(p, ld, n, value, 8 * c0, inv, hd, out); break;
     }
   }
 }
 
+// Heads taken together in the scores and the weighted values: three (the best register
+// use), except that four go as two and two, and a last one or two alone.
+inline int HeadsPerPass(int remaining) { return remaining == 4 ? 2 : std::min(remaining, 3); }
+
 }  // namespace
+
+void WeightedPartsAvx2(int parts, const float* weights, const float* outs, size_t part_stride, int head_dim,
+                       float* out) {
+  for (int c = 0; c < head_dim; c += 64) {
+    const int w = head_dim - c >= 64 ? 8 : (head_dim - c) / 8;
+    __m256 acc[8];
+    for (__m256& a : acc) a = _mm256_setzero_ps();
+    for (int p = 0; p < parts; ++p) {
+      const __m256 weight = _mm256_set1_ps(weights[p]);
+      const float* part = outs + static_cast<size_t>(p) * part_stride + c;
+      for (int u = 0; u < w; ++u) acc[u] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(part + 8 * u), acc[u]);
+    }
+    for (int u = 0; u < w; ++u) _mm256_storeu_ps(out + c + 8 * u, acc[u]);
+  }
+}
 
 void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out) {
   const int hd = query.head_dim;
   const int n = query.n_keys;
-  KeyWalker key(query, query.k_offset);
   const KeyWalker value(query, query.v_offset);
   const size_t ld = static_cast<size_t>(n + 15) / 16 * 16;  // scores row stride
 
-  // Scores, four keys at a time, two heads sharing each load of the keys.
-  int j0 = 0;
-  for (; j0 + 4 <= n; j0 += 4) {
-    const float* k[4];
-    for (const float*& p : k) p = key.Next();
-    for (int h0 = 0; h0 < query.group; h0 += 2) {
-      const float* q = query.q + static_cast<size_t>(h0) * hd;
-      if (query.group - h0 == 1) {
-        ScoreFourKeys<1>(q, hd, k, query.scale, scores + h0 * ld + j0, ld);
-      } else {
-        ScoreFourKeys<2>(q, hd, k, query.scale, scores + h0 * ld + j0, ld);
-      }
+  for (int h0 = 0, heads; h0 < query.group; h0 += heads) {
+    heads = HeadsPerPass(query.group - h0);
+    switch (heads) {
+      case 1: ScoreAllKeys<1, 4>(query, h0, ld, scores); break;
+      case 2: ScoreAllKeys<2, 4>(query, h0, ld, scores); break;
+      default: ScoreAllKeys<3, 3>(query, h0, ld, scores); break;
     }
   }
-  for (int j = j0; j < n; ++j) {
-    const float* k = key.Next();
-    for (int h = 0; h < query.group; ++h) {
-      const float* q = query.q + static_cast<size_t>(h) * hd;
-      __m256 acc = _mm256_setzero_ps();
-      for (int c = 0; c < hd; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(k + c), acc);
-      scores[h * ld + j] = Sum8(acc) * query.scale;
-    }
-  }
-  // Two heads at a time: each head's softmax numerators, then their weighted values.
+  // Each head's softmax numerators, then the weighted values of the heads of a pass.
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int h0 = 0; h0 < query.group; h0 += 2) {
-    const int heads = query.group - h0 < 2 ? query.group - h0 : 2;
-    float inv[2];
+  for (int h0 = 0, heads; h0 < query.group; h0 += heads) {
+    heads = HeadsPerPass(query.group - h0);
+    float inv[3];
     for (int h = h0; h < h0 + heads; ++h) {
       float* s = scores + h * ld;
       __m256 vmax = _mm256_set1_ps(-INFINITY);
@@ -185,10 +221,10 @@ void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out) {
     }
     const float* s = scores + h0 * ld;
     float* o = out + static_cast<size_t>(h0) * hd;
-    if (heads == 1) {
-      WeightedValues<1>(s, ld, n, value, inv, hd, o);
-    } else {
-      WeightedValues<2>(s, ld, n, value, inv, hd, o);
+    switch (heads) {
+      case 1: WeightedValues<1>(s, ld, n, value, inv, hd, o); break;
+      case 2: WeightedValues<2>(s, ld, n, value, inv, hd, o); break;
+      default: WeightedValues<3>(s, ld, n, value, inv, hd, o); break;
     }
   }
 }

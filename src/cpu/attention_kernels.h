@@ -43,18 +43,23 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
 void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
 // The same with AVX2 and FMA (attention_avx2.cc; head_dim a multiple of 8; `kt` unused).
 void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out);
+// How MergeAttentionParts forms the weighted sum of the parts' outputs: in portable code or
+// in fused multiply-adds (their bits differ: a process uses one of them).
+enum class PartsSum { kPortable, kAvx2, kAvx512 };
 // The attention of `group` query heads over a row's keys from `parts` parts of them, each
 // computed alone with part_max/part_sum set: part p's unnormalised outputs at
 // outs + p * group * head_dim, its maxima and sums at max + p * group, sum + p * group.
 // Merged in part order, so a row's result does not depend on which thread ran which part.
-// `avx512`: the weighted sums by WeightedPartsAvx512 (the CPU checked by the caller).
+// kAvx2 / kAvx512 (the CPU checked by the caller): by WeightedPartsAvx2 / WeightedPartsAvx512.
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
-                         float* out, bool avx512 = false);
-// MergeAttentionParts with `avx512` (head_dim a multiple of 16): the weighted sum of the
-// parts' outputs in AVX-512 fused multiply-adds (its bits differ from the portable sum's:
-// a process uses one of them). out = sum over p of weights[p] * outs[p * part_stride ..].
+                         float* out, PartsSum kernel = PartsSum::kPortable);
+// MergeAttentionParts' weighted sum in AVX-512 (head_dim a multiple of 16) or AVX2 (of 8)
+// fused multiply-adds, one chain per column in part order:
+// out = sum over p of weights[p] * outs[p * part_stride ..].
 void WeightedPartsAvx512(int parts, const float* weights, const float* outs, size_t part_stride, int head_dim,
                          float* out);
+void WeightedPartsAvx2(int parts, const float* weights, const float* outs, size_t part_stride, int head_dim,
+                       float* out);
 }  // namespace internal
 
 }  // namespace hetero
