@@ -8,12 +8,11 @@
 
 namespace hetero::internal {
 
-// e^x for x in [-87, 88.7]: x = n ln2 + r with |r| <= ln2 / 2, e^r by its degree-6 Taylor
-// polynomial (relative error below 2e-7), then times 2^n as 2^(n/2) 2^(n - n/2), built in
-// the exponent bits (2^128 alone is not a float).
-inline __m256 ExpInRange8(__m256 x) {
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// x = n ln2 + r with |r| <= ln2 / 2: returns e^r by its degree-6 Taylor polynomial
+// (relative error below 2e-7) and sets n.
+inline __m256 ExpOfRemainder8(__m256 x, __m256& n) {
+  n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
   __m256 p = _mm256_set1_ps(1.0f / 720);
@@ -22,7 +21,14 @@ inline __m256 ExpInRange8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  return _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+}
+
+// e^x for x in [-87, 88.7]: e^r times 2^n as 2^(n/2) 2^(n - n/2), built in the exponent
+// bits (2^128 alone is not a float).
+inline __m256 ExpInRange8(__m256 x) {
+  __m256 n;
+  const __m256 p = ExpOfRemainder8(x, n);
   const __m256i ni = _mm256_cvtps_epi32(n);
   const __m256i half = _mm256_srai_epi32(ni, 1);
   const __m256i bias = _mm256_set1_epi32(127);
@@ -32,10 +38,16 @@ inline __m256 ExpInRange8(__m256 x) {
 }
 
 // e^x for the x <= 0 of a softmax after subtracting the maximum; below -87 gives 0 (as e^x
-// underflows there anyway); NaN stays NaN.
+// underflows there anyway); NaN stays NaN. With n >= -126 here 2^n is one normal float:
+// e^r 2^n in one multiply, the same bits as ExpInRange8's two (both exact, or one rounding
+// of the same product where it is subnormal).
 inline __m256 ExpNonPositive8(__m256 x) {
   const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-  return _mm256_andnot_ps(tiny, ExpInRange8(_mm256_max_ps(_mm256_set1_ps(-87.0f), x)));
+  __m256 n;
+  const __m256 p = ExpOfRemainder8(_mm256_max_ps(_mm256_set1_ps(-87.0f), x), n);
+  const __m256 scale =
+      _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, scale));
 }
 
 // 1 / (1 + e^-x), as avx512_math.h's Sigmoid: e^-x clamped below at e^-87 and 0 where
