@@ -42,8 +42,9 @@ template <TensorType T>
 void ClassicGroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedActivations& a, float* y,
                       int ldy) {
   constexpr bool kQ8 = T == TensorType::kQ8_0;
-  // 8 rows share each unpacking (and Q8_0's sign work): faster than 4 or 16 on a Zen 3.
-  constexpr int kMaxRows = 8;
+  // Rows sharing each unpacking: 8 for the 4-bit formats (faster than 4 or 16 on a Zen 3),
+  // 16 for Q8_0, whose sign work per tile vector is dearer (a few % there).
+  constexpr int kMaxRows = kQ8 ? 16 : 8;
   const int nb = w.k / kBlock;
   const int lanes = 8 * half;
   const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
