@@ -33,11 +33,74 @@ inline __m256i Word(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// Lanes [8 half, 8 half + 8) of a packed group, for every activation row, kMaxRows rows at a
-// time so that each block's unpacked weights serve all of them. A tile vector's half holds 8
-// rows' 4-byte runs; with the activation word of the same 4 elements broadcast, vpmaddubsw
-// and vpmaddwd give each row's 4 products summed, as vpdpbusd does in the AVX-512 kernel.
-// The integer sums are the same as that kernel's (exact); only the float steps round apart.
+// One block of a group's packed tile for the 8 lanes (rows) of one half: the codes in the
+// order of the activation words (wq[t]: weights 4t..4t+3, wq[t + 4]: 16+4t..16+4t+3, for
+// Q8_0 all 32 in order, signed), Q8_0's magnitudes, and each lane's scale (and Q4_1's
+// minimum). A tile vector's half holds 8 rows' 4-byte runs; with the activation word of the
+// same 4 elements broadcast, vpmaddubsw and vpmaddwd give each row's 4 products summed, as
+// vpdpbusd does in the AVX-512 kernel. The integer sums are that kernel's (exact); only the
+// float steps round apart.
+struct ClassicHalf {
+  __m256i wq[8];
+  __m256i wabs[8];  // Q8_0: |w|, vpmaddubsw's unsigned operand
+  __m256 d, minimum;
+};
+
+template <TensorType T>
+inline void LoadClassicHalf(const uint8_t* group_base, int b, int half, ClassicHalf& w) {
+  const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
+  const uint8_t* quants = group_base + at.quants + 32 * half;
+  w.d = Halves8(group_base + at.scales + 16 * half);
+  w.minimum = T == TensorType::kQ4_1 ? Halves8(group_base + at.scales + 32 + 16 * half) : _mm256_setzero_ps();
+  if constexpr (T == TensorType::kQ8_0) {
+    // Stored plus 128: back to signed, and |w|; the activation gets w's sign
+    // (AccumulateClassic), so the pair sums stay below 2^15.
+    for (int t = 0; t < 8; ++t) {
+      w.wq[t] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t)),
+                                 _mm256_set1_epi8(static_cast<char>(0x80)));
+      w.wabs[t] = _mm256_sign_epi8(w.wq[t], w.wq[t]);
+    }
+  } else {
+    // Run t: low nibbles are elements 4t..4t+3, high nibbles 16+4t..16+4t+3.
+    const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t));
+      w.wq[t] = _mm256_and_si256(packed, low_nibbles);
+      w.wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
+    }
+  }
+}
+
+// acc plus one half's block b for activation row m.
+template <TensorType T>
+inline __m256 AccumulateClassic(const ClassicHalf& w, const QuantizedActivations& a, size_t m, int b, int nb,
+                                __m256 acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* x = a.q.data() + m * a.cols + b * kBlock;
+  const size_t blk = m * nb + b;
+  __m256i dot;
+  if constexpr (T == TensorType::kQ8_0) {
+    dot = _mm256_setzero_si256();
+    for (int t = 0; t < 8; ++t) {
+      const __m256i pairs = _mm256_maddubs_epi16(w.wabs[t], _mm256_sign_epi8(Word(x + 4 * t), w.wq[t]));
+      dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, ones));
+    }
+  } else {
+    // Eight pair sums of codes (< 16) and activations (|x| <= 127) stay below 2^15, so they
+    // add as int16 before one vpmaddwd.
+    __m256i pairs = _mm256_maddubs_epi16(w.wq[0], Word(x));
+    for (int t = 1; t < 4; ++t) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w.wq[t], Word(x + 4 * t)));
+    for (int t = 0; t < 4; ++t) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w.wq[t + 4], Word(x + 16 + 4 * t)));
+    dot = _mm256_madd_epi16(pairs, ones);
+    if constexpr (T == TensorType::kQ4_0) dot = _mm256_add_epi32(dot, _mm256_set1_epi32(a.q4_0_offsets[blk]));
+  }
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w.d, _mm256_set1_ps(a.d[blk])), acc);
+  if constexpr (T == TensorType::kQ4_1) acc = _mm256_fmadd_ps(w.minimum, _mm256_set1_ps(a.d_sum[blk]), acc);
+  return acc;
+}
+
+// Lanes [8 half, 8 half + 8) of a packed group for every activation row, kMaxRows rows at
+// a time so that each block's unpacked weights serve all of them.
 template <TensorType T>
 void ClassicGroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedActivations& a, float* y,
                       int ldy) {
@@ -46,68 +109,23 @@ void ClassicGroupHalf(const QuantizedWeights& w, int group, int half, const Quan
   // 16 for Q8_0, whose sign work per tile vector is dearer (a few % there).
   constexpr int kMaxRows = kQ8 ? 16 : 8;
   const int nb = w.k / kBlock;
-  const int lanes = 8 * half;
   const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   for (int m0 = 0; m0 < a.rows; m0 += kMaxRows) {
     const int rows = std::min(kMaxRows, a.rows - m0);
     __m256 acc[kMaxRows];
     for (int r = 0; r < kMaxRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
-      const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
       // The first pass over the group asks for the pair's unit ahead (weight_prefetch.h);
       // the second half reads the same lines.
-      if (half == 0 && m0 == 0 && b % 2 == 0) PrefetchWeights(base + at.quants, kQ8 ? 1088 : 640, w.packed_end());
-      const uint8_t* quants = base + at.quants + 32 * half;
-      const __m256 d = Halves8(base + at.scales + 2 * lanes);
-      if constexpr (kQ8) {
-        // Stored plus 128: back to signed, then |w| against the activation with w's sign
-        // (vpmaddubsw's unsigned operand), whose pair sums stay below 2^15.
-        __m256i wq[8], wabs[8];
-        for (int t = 0; t < 8; ++t) {
-          wq[t] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t)),
-                                   _mm256_set1_epi8(static_cast<char>(0x80)));
-          wabs[t] = _mm256_sign_epi8(wq[t], wq[t]);
-        }
-        for (int r = 0; r < rows; ++r) {
-          const size_t m = static_cast<size_t>(m0 + r);
-          const int8_t* x = a.q.data() + m * a.cols + b * kBlock;
-          __m256i dot = _mm256_setzero_si256();
-          for (int t = 0; t < 8; ++t) {
-            const __m256i pairs = _mm256_maddubs_epi16(wabs[t], _mm256_sign_epi8(Word(x + 4 * t), wq[t]));
-            dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, ones));
-          }
-          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(a.d[m * nb + b])), acc[r]);
-        }
-      } else {
-        // Run t: low nibbles are elements 4t..4t+3, high nibbles 16+4t..16+4t+3. Eight pair
-        // sums of codes (< 16) and activations (|x| <= 127) stay below 2^15, so they add as
-        // int16 before one vpmaddwd.
-        __m256i wq[8];
-        for (int t = 0; t < 4; ++t) {
-          const __m256i packed = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t));
-          wq[t] = _mm256_and_si256(packed, low_nibbles);
-          wq[t + 4] = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_nibbles);
-        }
-        __m256 minimum = _mm256_setzero_ps();
-        if constexpr (T == TensorType::kQ4_1) minimum = Halves8(base + at.scales + 32 + 2 * lanes);
-        for (int r = 0; r < rows; ++r) {
-          const size_t m = static_cast<size_t>(m0 + r);
-          const int8_t* x = a.q.data() + m * a.cols + b * kBlock;
-          __m256i pairs = _mm256_maddubs_epi16(wq[0], Word(x));
-          for (int t = 1; t < 4; ++t) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(wq[t], Word(x + 4 * t)));
-          for (int t = 0; t < 4; ++t) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(wq[t + 4], Word(x + 16 + 4 * t)));
-          __m256i dot = _mm256_madd_epi16(pairs, ones);
-          const size_t blk = m * nb + b;
-          if constexpr (T == TensorType::kQ4_0) dot = _mm256_add_epi32(dot, _mm256_set1_epi32(a.q4_0_offsets[blk]));
-          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(a.d[blk])), acc[r]);
-          if constexpr (T == TensorType::kQ4_1) acc[r] = _mm256_fmadd_ps(minimum, _mm256_set1_ps(a.d_sum[blk]), acc[r]);
-        }
+      if (half == 0 && m0 == 0 && b % 2 == 0) {
+        PrefetchWeights(base + QuantizedWeights::ClassicTileAt(T, b).quants, kQ8 ? 1088 : 640, w.packed_end());
       }
+      ClassicHalf tile;
+      LoadClassicHalf<T>(base, b, half, tile);
+      for (int r = 0; r < rows; ++r) acc[r] = AccumulateClassic<T>(tile, a, m0 + r, b, nb, acc[r]);
     }
     for (int r = 0; r < rows; ++r) {
-      _mm256_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows + lanes, acc[r]);
+      _mm256_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows + 8 * half, acc[r]);
     }
   }
 }
@@ -209,67 +227,24 @@ void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivation
   }
 }
 
-// One activation row (a decode step): both halves of a tile vector per pass, sharing the
-// activation words, nothing held across rows. Each lane's float steps are ClassicGroupHalf's,
-// in the same order (the integer sums are exact in any order), so a row's outputs do not
-// depend on how many rows share the product.
+// One activation row (a decode step): both halves of each block in one pass, with
+// ClassicGroupHalf's steps, so a row's outputs do not depend on how many rows share the
+// product.
 template <TensorType T>
 void ClassicGroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y) {
-  constexpr bool kQ8 = T == TensorType::kQ8_0;
   const int nb = w.k / kBlock;
   const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
-    const QuantizedWeights::ClassicTile at = QuantizedWeights::ClassicTileAt(T, b);
-    if (b % 2 == 0) PrefetchWeights(base + at.quants, kQ8 ? 1088 : 640, w.packed_end());
-    const uint8_t* quants = base + at.quants;
-    const int8_t* x = a.q.data() + b * kBlock;
-    const __m256 da = _mm256_set1_ps(a.d[b]);
-    const __m256 d0 = Halves8(base + at.scales), d1 = Halves8(base + at.scales + 16);
-    __m256i dot0, dot1;
-    if constexpr (kQ8) {
-      const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-      dot0 = dot1 = _mm256_setzero_si256();
-      for (int t = 0; t < 8; ++t) {
-        const __m256i xw = Word(x + 4 * t);
-        const __m256i w0 = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t)), bias);
-        const __m256i w1 =
-            _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t + 32)), bias);
-        dot0 = _mm256_add_epi32(
-            dot0, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(xw, w0)), ones));
-        dot1 = _mm256_add_epi32(
-            dot1, _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(xw, w1)), ones));
-      }
-    } else {
-      __m256i pairs0 = _mm256_setzero_si256(), pairs1 = _mm256_setzero_si256();
-      for (int t = 0; t < 4; ++t) {
-        const __m256i xl = Word(x + 4 * t), xh = Word(x + 16 + 4 * t);
-        const __m256i p0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t));
-        const __m256i p1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(quants + 64 * t + 32));
-        pairs0 = _mm256_add_epi16(pairs0, _mm256_maddubs_epi16(_mm256_and_si256(p0, low_nibbles), xl));
-        pairs1 = _mm256_add_epi16(pairs1, _mm256_maddubs_epi16(_mm256_and_si256(p1, low_nibbles), xl));
-        pairs0 = _mm256_add_epi16(
-            pairs0, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p0, 4), low_nibbles), xh));
-        pairs1 = _mm256_add_epi16(
-            pairs1, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(p1, 4), low_nibbles), xh));
-      }
-      dot0 = _mm256_madd_epi16(pairs0, ones);
-      dot1 = _mm256_madd_epi16(pairs1, ones);
-      if constexpr (T == TensorType::kQ4_0) {
-        const __m256i start = _mm256_set1_epi32(a.q4_0_offsets[b]);
-        dot0 = _mm256_add_epi32(dot0, start);
-        dot1 = _mm256_add_epi32(dot1, start);
-      }
+    if (b % 2 == 0) {
+      PrefetchWeights(base + QuantizedWeights::ClassicTileAt(T, b).quants, T == TensorType::kQ8_0 ? 1088 : 640,
+                      w.packed_end());
     }
-    acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(d0, da), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(d1, da), acc1);
-    if constexpr (T == TensorType::kQ4_1) {
-      const __m256 d_sum = _mm256_set1_ps(a.d_sum[b]);
-      acc0 = _mm256_fmadd_ps(Halves8(base + at.scales + 32), d_sum, acc0);
-      acc1 = _mm256_fmadd_ps(Halves8(base + at.scales + 48), d_sum, acc1);
-    }
+    ClassicHalf tile;
+    LoadClassicHalf<T>(base, b, 0, tile);
+    acc0 = AccumulateClassic<T>(tile, a, 0, b, nb, acc0);
+    LoadClassicHalf<T>(base, b, 1, tile);
+    acc1 = AccumulateClassic<T>(tile, a, 0, b, nb, acc1);
   }
   _mm256_storeu_ps(y + group * QuantizedWeights::kGroupRows, acc0);
   _mm256_storeu_ps(y + group * QuantizedWeights::kGroupRows + 8, acc1);
