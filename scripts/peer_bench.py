@@ -106,6 +106,18 @@ def main():
             l = statistics.median(x[i] for x in results[f]["l"])
             cells.append(f"{h:.1f} | {l:.1f} | {h / l:.2f}x")
         print(f"| {os.path.basename(f)} | " + " | ".join(cells) + " |")
+    # On a machine whose speed drifts, the ratio within each round (both programs a few
+    # seconds apart) says more than the ratio of medians; its spread says how much.
+    if args.rounds > 1:
+        print("\nEach round's own ratio (hetero / llama.cpp in that round): median [lowest, highest]\n")
+        print("| file | " + " | ".join(f"{name} ratio" for _, name in tests) + " |")
+        print("|---|" + "---|" * len(tests))
+        for f in args.files:
+            cells = []
+            for i, _ in tests:
+                ratios = [h[i] / l[i] for h, l in zip(results[f]["h"], results[f]["l"])]
+                cells.append(f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]")
+            print(f"| {os.path.basename(f)} | " + " | ".join(cells) + " |")
     # What bounds decode: the weights one token reads (hetero's count, the same file for
     # both) times each side's median tok/s, to set against the memory's bandwidth. An older
     # hetero-bench does not report the count: no table then, rather than zeros.
