@@ -136,9 +136,9 @@ TEST_P(AttentionDecodeTest, PartsMergeToTheWholeRow) {
   std::vector<std::pair<Kernel, const char*>> kernels = {{internal::AttendDecodePortable, "portable"}};
   if (DetectCpu().avx2 && DetectCpu().fma) kernels.push_back({internal::AttendDecodeAvx2, "avx2"});
   if (DetectCpu().avx512f) kernels.push_back({internal::AttendDecodeAvx512, "avx512"});
-  std::vector<std::pair<internal::PartsSum, const char*>> merges = {{internal::PartsSum::kPortable, "portable"}};
-  if (DetectCpu().avx2 && DetectCpu().fma) merges.push_back({internal::PartsSum::kAvx2, "avx2"});
-  if (DetectCpu().avx512f && c.head_dim % 16 == 0) merges.push_back({internal::PartsSum::kAvx512, "avx512"});
+  std::vector<std::pair<internal::AttentionKernels, const char*>> merges = {{internal::AttentionKernels::kPortable, "portable"}};
+  if (DetectCpu().avx2 && DetectCpu().fma) merges.push_back({internal::AttentionKernels::kAvx2, "avx2"});
+  if (DetectCpu().avx512f && c.head_dim % 16 == 0) merges.push_back({internal::AttentionKernels::kAvx512, "avx512"});
   for (const int part_keys : {1, 7, 16, 64}) {
     const int parts = (c.n_keys + part_keys - 1) / part_keys;
     for (const auto& [kernel, name] : kernels) {

@@ -200,12 +200,14 @@ std::vector<Shape> Shapes() {
   for (TensorType t : kFormats) {
     const int kb = static_cast<int>(GetTensorTypeTraits(t).block_size);
     const bool super = kb == 256;
-    // One block only, several with a group of 16 and a tail row, a batch past 8, and the
-    // default model's shapes.
+    // One block only, several with a group of 16 and a tail row, a batch past 8, the
+    // default model's shapes, and a batch past 16.
     shapes.push_back({t, 7, kb, 1});
     shapes.push_back({t, 33, super ? 768 : 96, 3});
     shapes.push_back({t, 48, super ? 256 : 608, 9});
     shapes.push_back({t, 17, super ? 1536 : 576, 13});
+    // Past one 16-row tile (the AVX2 kernel's for the formats with high bits) with a part tile.
+    shapes.push_back({t, 16, super ? 512 : 160, 21});
   }
   return shapes;
 }

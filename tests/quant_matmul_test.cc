@@ -108,7 +108,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{TensorType::kQ4_0, 32, 160, 9}, Shape{TensorType::kQ8_0, 33, 576, 13},
                       // Q8_0 packs block pairs: odd and even block counts, one and several pairs.
                       Shape{TensorType::kQ4_0, 48, 576, 2}, Shape{TensorType::kQ4_0, 17, 64, 8},
-                      Shape{TensorType::kQ8_0, 16, 96, 3}, Shape{TensorType::kQ8_0, 40, 64, 9}),
+                      Shape{TensorType::kQ8_0, 16, 96, 3}, Shape{TensorType::kQ8_0, 40, 64, 9},
+                      // Past one 16-row tile (the AVX2 kernel's for Q8_0) with a part tile.
+                      Shape{TensorType::kQ8_0, 32, 160, 21}, Shape{TensorType::kQ4_0, 16, 96, 21}),
     [](const auto& info) {
       return TensorTypeName(info.param.type) + "_" + std::to_string(info.param.n) + "x" +
              std::to_string(info.param.k) + "_m" + std::to_string(info.param.m);

@@ -55,7 +55,7 @@ void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out) {
 }
 
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
-                         float* out, PartsSum kernel) {
+                         float* out, AttentionKernels kernels) {
   absl::InlinedVector<float, 16> weight(parts);
   for (int h = 0; h < group; ++h) {
     float top = -std::numeric_limits<float>::infinity();
@@ -70,11 +70,11 @@ void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, 
     const float* first = outs + static_cast<size_t>(h) * head_dim;
     const size_t part_stride = static_cast<size_t>(group) * head_dim;
     float* o = out + static_cast<size_t>(h) * head_dim;
-    if (kernel == PartsSum::kAvx512) {
+    if (kernels == AttentionKernels::kAvx512) {
       WeightedPartsAvx512(parts, weight.data(), first, part_stride, head_dim, o);
       continue;
     }
-    if (kernel == PartsSum::kAvx2) {
+    if (kernels == AttentionKernels::kAvx2) {
       WeightedPartsAvx2(parts, weight.data(), first, part_stride, head_dim, o);
       continue;
     }
@@ -107,14 +107,17 @@ bool HasAvx2() {
 }
 }  // namespace
 
-bool Attention::Simd() const { return HasAvx512() && s_.head_dim % 16 == 0; }
+internal::AttentionKernels Attention::Kernels() const {
+  using internal::AttentionKernels;
+  if (HasAvx512() && s_.head_dim % 16 == 0) return AttentionKernels::kAvx512;
+  if (HasAvx2() && s_.head_dim % 8 == 0) return AttentionKernels::kAvx2;
+  return AttentionKernels::kPortable;
+}
+
+bool Attention::Simd() const { return Kernels() == internal::AttentionKernels::kAvx512; }
 
 void Attention::Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const {
-  using internal::PartsSum;
-  const PartsSum kernel = Simd() ? PartsSum::kAvx512
-                          : HasAvx2() && s_.head_dim % 8 == 0 ? PartsSum::kAvx2
-                                                               : PartsSum::kPortable;
-  internal::MergeAttentionParts(parts, s_.n_heads / s_.n_kv_heads, s_.head_dim, outs, max, sum, out, kernel);
+  internal::MergeAttentionParts(parts, s_.n_heads / s_.n_kv_heads, s_.head_dim, outs, max, sum, out, Kernels());
 }
 
 void Attention::AttendPart(const float* q, const SequenceKv& kv, const TransposedKeys* kt, const RowKeys& keys,
@@ -123,7 +126,7 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const Transpose
   const int group = s_.n_heads / s_.n_kv_heads;
   // Offsets within one layer's region of a block (src/runtime/kv_layout.h).
   const KvBlockLayout layer{/*n_layers=*/1, s_.n_kv_heads, hd, s_.block_tokens};
-  const bool simd = Simd();
+  const internal::AttentionKernels kernels = Kernels();
   const int first = keys.first + part * kKeysPerPart;
   const int n_keys = std::min(kKeysPerPart, keys.n_keys - part * kKeysPerPart);
   const int first_block = first / s_.block_tokens;
@@ -146,16 +149,16 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const Transpose
                               s_.scale,
                               max,
                               sum};
-  if (simd && kt != nullptr) {
-    query.kt = kt->kt + static_cast<size_t>(g) * hd * kt->ld + (first - kt->first_key);
-    query.kt_ld = kt->ld;
-  }
-  if (simd) {
-    internal::AttendDecodeAvx512(query, scores, out);
-  } else if (HasAvx2() && hd % 8 == 0) {
-    internal::AttendDecodeAvx2(query, scores, out);
-  } else {
-    internal::AttendDecodePortable(query, scores, out);
+  switch (kernels) {
+    case internal::AttentionKernels::kAvx512:
+      if (kt != nullptr) {
+        query.kt = kt->kt + static_cast<size_t>(g) * hd * kt->ld + (first - kt->first_key);
+        query.kt_ld = kt->ld;
+      }
+      internal::AttendDecodeAvx512(query, scores, out);
+      break;
+    case internal::AttentionKernels::kAvx2: internal::AttendDecodeAvx2(query, scores, out); break;
+    case internal::AttentionKernels::kPortable: internal::AttendDecodePortable(query, scores, out); break;
   }
 }
 

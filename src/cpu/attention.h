@@ -99,7 +99,10 @@ class Attention {
   // one sequence (within kMaxTransposedBytes); returns those runs (none for a decode step).
   std::vector<RowRun> TransposeKeysOfRuns(int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
                                           int window) const;
-  bool Simd() const;  // the AVX-512 kernels: the CPU has them and head_dim % 16 == 0
+  // The one place that picks the kernels: AVX-512 where the CPU has it and head_dim % 16 == 0,
+  // else AVX2 and FMA where head_dim % 8 == 0, else portable.
+  internal::AttentionKernels Kernels() const;
+  bool Simd() const;  // Kernels() is AVX-512 (and transposed keys may be used)
   RowKeys KeysOf(int position, int window) const;
   // KV head g's query heads over part `part` of the row's keys. `out`: group x head_dim;
   // max and sum: group floats each, or null when the row is one part (`out` normalised).

@@ -43,16 +43,17 @@ void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
 void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
 // The same with AVX2 and FMA (attention_avx2.cc; head_dim a multiple of 8; `kt` unused).
 void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out);
-// How MergeAttentionParts forms the weighted sum of the parts' outputs: in portable code or
-// in fused multiply-adds (their bits differ: a process uses one of them).
-enum class PartsSum { kPortable, kAvx2, kAvx512 };
+// Which kernels a process attends with (Attention::Kernels decides, once per shape): the
+// per-row kernel and MergeAttentionParts' weighted sum of the parts (portable code or fused
+// multiply-adds: their bits differ, so a process uses one set).
+enum class AttentionKernels { kPortable, kAvx2, kAvx512 };
 // The attention of `group` query heads over a row's keys from `parts` parts of them, each
 // computed alone with part_max/part_sum set: part p's unnormalised outputs at
 // outs + p * group * head_dim, its maxima and sums at max + p * group, sum + p * group.
 // Merged in part order, so a row's result does not depend on which thread ran which part.
 // kAvx2 / kAvx512 (the CPU checked by the caller): by WeightedPartsAvx2 / WeightedPartsAvx512.
 void MergeAttentionParts(int parts, int group, int head_dim, const float* outs, const float* max, const float* sum,
-                         float* out, PartsSum kernel = PartsSum::kPortable);
+                         float* out, AttentionKernels kernels = AttentionKernels::kPortable);
 // MergeAttentionParts' weighted sum in AVX-512 (head_dim a multiple of 16) or AVX2 (of 8)
 // fused multiply-adds, one chain per column in part order:
 // out = sum over p of weights[p] * outs[p * part_stride ..].
