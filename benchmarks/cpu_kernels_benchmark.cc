@@ -6,6 +6,10 @@
 // for oneDNN and the bandwidth loop.
 #include <omp.h>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <cstdlib>
 #include <random>
 #include <vector>
@@ -248,6 +252,71 @@ BENCHMARK(BM_QuantBatchedRows)
     // A prompt's share: 64 rows, so each group's weights serve many rows from L1.
     ->ArgsProduct({{2, 3, 6, 8, 12, 13, 14}, {576}, {1536}, {64}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+#if defined(__x86_64__)
+// The AVX2 prompt kernels' vector work for 256 byte-products of one activation row
+// (quant_matmul_avx2.cc, per half of a group and block) with every operand already in
+// registers: no loads, no unpacking, so the instruction mix alone bounds it. Q4_0 (type 2):
+// 8 vpmaddubsw, 8 int16/int32 adds, one vpmaddwd, and the float steps (convert, scale,
+// multiply-add); Q8_0 (type 8) adds a vpsignb per product vector and widens each one with
+// its own vpmaddwd (its pair sums reach 2^15). BM_QuantBatchedRows/rows:64 over this is the
+// share of the instruction-mix ceiling a kernel reaches on this core.
+template <bool kQ8>
+__attribute__((target("avx2,fma"))) void ByteProductMix(int64_t iterations, float* out) {
+  __m256i w[8];
+  for (int t = 0; t < 8; ++t) w[t] = _mm256_set1_epi8(static_cast<char>(t + 1));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i word = _mm256_set1_epi32(0x01020304);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  const __m256 half = _mm256_set1_ps(0.5f);
+  for (int64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p) {  // 8 accumulations (rows and halves), 256 products each
+      __m256i x = word;
+      __m256 d = half;
+      asm volatile("" : "+x"(x), "+x"(d));  // values the compiler cannot reuse across accumulations
+      __m256i sum;
+      if constexpr (kQ8) {
+        sum = _mm256_madd_epi16(_mm256_maddubs_epi16(w[0], _mm256_sign_epi8(x, w[0])), ones);
+#pragma GCC unroll 8
+        for (int t = 1; t < 8; ++t) {
+          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(w[t], _mm256_sign_epi8(x, w[t])), ones));
+        }
+      } else {
+        sum = _mm256_maddubs_epi16(w[0], x);
+#pragma GCC unroll 8
+        for (int t = 1; t < 8; ++t) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[t], x));
+        sum = _mm256_add_epi32(_mm256_madd_epi16(sum, ones), x);  // the Q4_0 offset
+      }
+      const __m256 scale = _mm256_mul_ps(d, d);  // the weight's scale times the activation's
+      acc[p & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[p & 1]);
+    }
+  }
+  _mm256_storeu_ps(out, _mm256_add_ps(acc[0], acc[1]));
+}
+
+void BM_ByteProductCeiling(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    state.SkipWithError("needs AVX2 and FMA");
+    return;
+  }
+  const bool q8 = state.range(0) == 8;
+  constexpr int64_t kIterations = 1 << 16;
+  float out[8];
+  for (auto _ : state) {
+    if (q8) {
+      ByteProductMix<true>(kIterations, out);
+    } else {
+      ByteProductMix<false>(kIterations, out);
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(256.0 * 8 * kIterations * state.iterations(),
+                                                benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.SetLabel(q8 ? "Q8_0 mix" : "Q4_0 mix");
+}
+BENCHMARK(BM_ByteProductCeiling)->ArgName("type")->Arg(2)->Arg(8)->Unit(benchmark::kMicrosecond)->UseRealTime();
+#endif  // __x86_64__
 
 // The transient bf16 copy of a native matrix that the prompt GEMM path makes.
 void BM_DequantizeToBf16(benchmark::State& state) {
