@@ -99,115 +99,33 @@ inline __m256 AccumulateClassic(const ClassicHalf& w, const QuantizedActivations
   return acc;
 }
 
-// Integer sums are associative, so the compiler may regroup a word-by-word chain into a
-// tree that computes every product first and spills them; an empty asm that "changes" each
-// sum after every word keeps the chain, and the sums, in registers. On a word's two weight
-// vectors it stops the compiler reloading them from the tile for every row.
-template <int R>
-inline void KeepInRegisters(__m256i (&sums)[R][2]) {
-  for (int r = 0; r < R; ++r) {
-    for (int h = 0; h < 2; ++h) asm("" : "+x"(sums[r][h]));
-  }
-}
-inline void KeepInRegisters(__m256i (&v)[2]) { asm("" : "+x"(v[0]), "+x"(v[1])); }
-
-// Rows [m, m + R) of block b against both halves of a group's tile: each broadcast
-// activation word serves the 16 weight rows of both halves, and the loop runs word by
-// word (t outer, rows inner) so the integer sums stay in registers. The sums are
-// AccumulateClassic's (exact integers) and the float steps its steps in its order, so a
-// row's outputs match the one-row loop's bit for bit.
-template <TensorType T, int R>
-inline void AccumulateClassicPass(const ClassicHalf (&w)[2], const QuantizedActivations& a, size_t m, int b, int nb,
-                                  __m256 (*acc)[2]) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const int8_t* x[R];
-  for (int r = 0; r < R; ++r) x[r] = a.q.data() + (m + r) * a.cols + b * kBlock;
-  __m256i sums[R][2];
-  if constexpr (T == TensorType::kQ8_0) {
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      __m256i codes[2] = {w[0].wq[t], w[1].wq[t]}, magnitudes[2] = {w[0].wabs[t], w[1].wabs[t]};
-      KeepInRegisters(codes);
-      KeepInRegisters(magnitudes);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256i word = Word(x[r] + 4 * t);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i pairs = _mm256_maddubs_epi16(magnitudes[h], _mm256_sign_epi8(word, codes[h]));
-          const __m256i quads = _mm256_madd_epi16(pairs, ones);
-          sums[r][h] = t == 0 ? quads : _mm256_add_epi32(sums[r][h], quads);
-        }
-      }
-      KeepInRegisters(sums);
-    }
-  } else {
-    // Pair sums of codes (< 16) and activations (|x| <= 127) stay below 2^15 over all
-    // eight words, so they add as int16 before one vpmaddwd. wq[t] holds elements 4t..4t+3.
-#pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      __m256i codes[2] = {w[0].wq[t], w[1].wq[t]};
-      KeepInRegisters(codes);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256i word = Word(x[r] + 4 * t);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i pairs = _mm256_maddubs_epi16(codes[h], word);
-          sums[r][h] = t == 0 ? pairs : _mm256_add_epi16(sums[r][h], pairs);
-        }
-      }
-      KeepInRegisters(sums);
-    }
-    for (int r = 0; r < R; ++r) {
-      for (int h = 0; h < 2; ++h) sums[r][h] = _mm256_madd_epi16(sums[r][h], ones);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    const size_t blk = (m + r) * nb + b;
-    for (int h = 0; h < 2; ++h) {
-      __m256i dot = sums[r][h];
-      if constexpr (T == TensorType::kQ4_0) dot = _mm256_add_epi32(dot, _mm256_set1_epi32(a.q4_0_offsets[blk]));
-      acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(w[h].d, _mm256_set1_ps(a.d[blk])), acc[r][h]);
-      if constexpr (T == TensorType::kQ4_1) acc[r][h] = _mm256_fmadd_ps(w[h].minimum, _mm256_set1_ps(a.d_sum[blk]), acc[r][h]);
-    }
-  }
-}
-
-// Both halves of a packed group for every activation row, kTileRows rows per unpacking,
-// kPassRows per pass over it (two integer sums each: 8 registers for 4 rows).
+// Lanes [8 half, 8 half + 8) of a packed group for every activation row, kMaxRows rows at
+// a time so that each block's unpacked weights serve all of them.
 template <TensorType T>
-void ClassicGroupRows(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
+void ClassicGroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedActivations& a, float* y,
+                      int ldy) {
   constexpr bool kQ8 = T == TensorType::kQ8_0;
-  constexpr int kTileRows = 16;
-  constexpr int kPassRows = kQ8 ? 3 : 4;
+  // Rows sharing each unpacking: 8 for the 4-bit formats (faster than 4 or 16 on a Zen 3),
+  // 16 for Q8_0, whose sign work per tile vector is dearer (a few % there).
+  constexpr int kMaxRows = kQ8 ? 16 : 8;
   const int nb = w.k / kBlock;
   const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
-  for (int m0 = 0; m0 < a.rows; m0 += kTileRows) {
-    const int rows = std::min(kTileRows, a.rows - m0);
-    __m256 acc[kTileRows][2];
-    for (int r = 0; r < kTileRows; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int m0 = 0; m0 < a.rows; m0 += kMaxRows) {
+    const int rows = std::min(kMaxRows, a.rows - m0);
+    __m256 acc[kMaxRows];
+    for (int r = 0; r < kMaxRows; ++r) acc[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
-      // The first pass over the group asks for the pair's unit ahead (weight_prefetch.h).
-      if (m0 == 0 && b % 2 == 0) {
+      // The first pass over the group asks for the pair's unit ahead (weight_prefetch.h);
+      // the second half reads the same lines.
+      if (half == 0 && m0 == 0 && b % 2 == 0) {
         PrefetchWeights(base + QuantizedWeights::ClassicTileAt(T, b).quants, kQ8 ? 1088 : 640, w.packed_end());
       }
-      ClassicHalf tile[2];
-      LoadClassicHalf<T>(base, b, 0, tile[0]);
-      LoadClassicHalf<T>(base, b, 1, tile[1]);
-      int r = 0;
-      for (; r + kPassRows <= rows; r += kPassRows) AccumulateClassicPass<T, kPassRows>(tile, a, m0 + r, b, nb, acc + r);
-      switch (rows - r) {
-        case 3: AccumulateClassicPass<T, 3>(tile, a, m0 + r, b, nb, acc + r); break;
-        case 2: AccumulateClassicPass<T, 2>(tile, a, m0 + r, b, nb, acc + r); break;
-        case 1: AccumulateClassicPass<T, 1>(tile, a, m0 + r, b, nb, acc + r); break;
-        default: break;
-      }
+      ClassicHalf tile;
+      LoadClassicHalf<T>(base, b, half, tile);
+      for (int r = 0; r < rows; ++r) acc[r] = AccumulateClassic<T>(tile, a, m0 + r, b, nb, acc[r]);
     }
     for (int r = 0; r < rows; ++r) {
-      float* out = y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows;
-      _mm256_storeu_ps(out, acc[r][0]);
-      _mm256_storeu_ps(out + 8, acc[r][1]);
+      _mm256_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows + 8 * half, acc[r]);
     }
   }
 }
@@ -341,10 +259,12 @@ void QuantGroupAvx2(const QuantizedWeights& w, int group, const QuantizedActivat
     }
     return;
   }
-  switch (w.type) {
-    case TensorType::kQ4_0: ClassicGroupRows<TensorType::kQ4_0>(w, group, a, y, ldy); break;
-    case TensorType::kQ4_1: ClassicGroupRows<TensorType::kQ4_1>(w, group, a, y, ldy); break;
-    default: ClassicGroupRows<TensorType::kQ8_0>(w, group, a, y, ldy); break;
+  for (int half = 0; half < 2; ++half) {
+    switch (w.type) {
+      case TensorType::kQ4_0: ClassicGroupHalf<TensorType::kQ4_0>(w, group, half, a, y, ldy); break;
+      case TensorType::kQ4_1: ClassicGroupHalf<TensorType::kQ4_1>(w, group, half, a, y, ldy); break;
+      default: ClassicGroupHalf<TensorType::kQ8_0>(w, group, half, a, y, ldy); break;
+    }
   }
 }
 
