@@ -16,6 +16,7 @@
 
 #include "benchmark/benchmark.h"
 #include "src/cpu/attention.h"
+#include "src/cpu/cpu_features.h"
 #include "src/cpu/linear.h"
 #include "src/cpu/quant_blocks.h"
 #include "src/cpu/quant_matmul.h"
@@ -296,7 +297,7 @@ __attribute__((target("avx2,fma"))) void ByteProductMix(int64_t iterations, floa
 }
 
 void BM_ByteProductCeiling(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+  if (!DetectCpu().avx2 || !DetectCpu().fma) {  // the kernels' own test (CPUID and XSAVE state)
     state.SkipWithError("needs AVX2 and FMA");
     return;
   }
