@@ -18,8 +18,9 @@ require_default_model() {
 # 124: each thread's state and CPU time (spinning or blocked) and, where gdb is installed,
 # every thread's stack. A hang then explains itself in CI's log instead of a bare timeout.
 exec 3>&1
+# SECONDS is for a plain build; a sanitizer build's tests set HETERO_TEST_SLOWDOWN to scale it.
 watched() {
-  local limit="$1"; shift
+  local limit=$(( $1 * ${HETERO_TEST_SLOWDOWN:-1} )); shift
   "$@" &
   local pid=$! waited=0
   while kill -0 "$pid" 2>/dev/null; do

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 #include <limits>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -20,49 +21,69 @@ constexpr size_t kMaxExperts = 65536;
 // bound what a hostile file costs before it is refused.
 constexpr uintmax_t kMaxFileBytes = 16u << 20;
 constexpr size_t kMaxValues = size_t{1} << 21;
-constexpr int kMaxDepth = 4;  // document, layers, a layer, its evaluations, a count
+constexpr int kMaxDepth = 4;  // open containers around a count: document, layers, a layer, its evaluations
 
 absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("expert usage: ", what)); }
 
-// Thrown from the parser's callback to stop at the first value past the document's shape.
-struct Refused {
-  std::string why;
-};
+// A pass over the text that builds nothing: it refuses nesting deeper than the format's,
+// more values than kMaxValues and a key repeated in one object as they are read, so a
+// hostile document costs a scan, not a DOM of millions of nodes, before it is refused.
+class BoundsCheck final : public nlohmann::json_sax<json> {
+ public:
+  // Empty when the text is JSON within the bounds; otherwise why not.
+  const std::string& refusal() const { return refusal_; }
 
-// The document as parsed, refusing (by throwing Refused) nesting deeper than the format's,
-// more values than kMaxValues, and a key repeated in one object, as they are read.
-json ParseBounded(std::string_view text) {
-  size_t values = 0;
-  std::vector<std::vector<std::string>> keys;  // per open object, its keys so far
-  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxDepth) throw Refused{absl::StrCat("nested deeper than ", kMaxDepth, " levels")};
-    switch (event) {
-      case json::parse_event_t::object_start:
-        keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string& key = parsed.get_ref<const std::string&>();
-        if (!keys.empty()) {
-          if (std::find(keys.back().begin(), keys.back().end(), key) != keys.back().end()) {
-            throw Refused{absl::StrCat("the key \"", key, "\" appears twice in one object")};
-          }
-          keys.back().push_back(key);
-        }
-        break;
-      }
-      case json::parse_event_t::value:
-        if (++values > kMaxValues) throw Refused{absl::StrCat("more than ", kMaxValues, " values")};
-        break;
-      default:
-        break;
-    }
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override {
+    if (!Value()) return false;
+    keys_.emplace_back();
+    return Open();
+  }
+  bool key(string_t& key) override {
+    if (!keys_.back().insert(key).second) return Refuse(absl::StrCat("the key \"", key, "\" appears twice in one object"));
     return true;
-  };
-  return json::parse(text.begin(), text.end(), check);
-}
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --open_;
+    return true;
+  }
+  bool start_array(std::size_t) override { return Value() && Open(); }
+  bool end_array() override {
+    --open_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    return Refuse(absl::StrCat("not JSON: ", e.what()));
+  }
+
+ private:
+  // Every value, containers included, counts; one inside kMaxDepth open containers is too deep.
+  bool Value() {
+    if (open_ > kMaxDepth) return Refuse(absl::StrCat("nested deeper than ", kMaxDepth, " levels"));
+    if (++values_ > kMaxValues) return Refuse(absl::StrCat("more than ", kMaxValues, " values"));
+    return true;
+  }
+  bool Open() {
+    ++open_;
+    return true;
+  }
+  bool Refuse(std::string why) {
+    refusal_ = std::move(why);
+    return false;
+  }
+
+  int open_ = 0;
+  size_t values_ = 0;
+  std::vector<std::set<std::string>> keys_;  // per open object, its keys so far
+  std::string refusal_;
+};
 
 }  // namespace
 
@@ -75,13 +96,13 @@ std::string ExpertUsageToJson(const ExpertUsage& usage) {
 }
 
 absl::StatusOr<ExpertUsage> ParseExpertUsage(std::string_view text) {
+  BoundsCheck bounds;
+  if (!json::sax_parse(text.begin(), text.end(), &bounds)) return Bad(bounds.refusal());
   json v;
   try {
-    v = ParseBounded(text);
-  } catch (const Refused& r) {
-    return Bad(r.why);
+    v = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    return Bad(absl::StrCat("not JSON: ", e.what()));
+    return Bad(absl::StrCat("not JSON: ", e.what()));  // the check above accepted it; kept for safety
   }
   if (!v.is_object()) return Bad("the document is not a JSON object");
   for (const auto& [key, value] : v.items()) {
