@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hetero/engine.h"
@@ -105,6 +106,8 @@ TEST(ExpertUsageTest, CorruptAndHostileDocumentsAreRefusedByName) {
        "the key \"layer\" appears twice"},
       {std::string("{\"expert_usage_version\": 1, \"layers\": [{\"layer\": 0, \"evaluations\": [") + "\xff\xfe" + "]}]}",
        "not JSON"},
+      {R"({"expert_usage_version": 1, "layers": [], "a": 0, "b": 0, "c": 0, "d": 0, "e": 0, "f": 0, "g": 0})",
+       "more than 8 keys"},
   };
   for (const auto& [text, want] : cases) {
     auto parsed = ParseExpertUsage(text);
@@ -120,6 +123,10 @@ TEST(ExpertUsageTest, CorruptAndHostileDocumentsAreRefusedByName) {
   std::string many = R"({"expert_usage_version": 1, "layers": [{"layer": 0, "evaluations": [0)";
   for (int i = 0; i < (1 << 21) + 4; ++i) many += ",0";
   EXPECT_THAT(std::string(ParseExpertUsage(many + "]}]}").status().message()), HasSubstr("more than 2097152 values"));
+  // An object of a million distinct keys: refused at its ninth, not after storing them all.
+  std::string keyed = "{";
+  for (int i = 0; i < (1 << 20); ++i) absl::StrAppend(&keyed, i ? "," : "", "\"k", i, "\":0");
+  EXPECT_THAT(std::string(ParseExpertUsage(keyed + "}").status().message()), HasSubstr("more than 8 keys"));
   std::string tall = R"({"expert_usage_version": 1, "layers": [)";
   for (int i = 0; i <= 65536; ++i) tall += std::string(i ? "," : "") + "{}";
   EXPECT_THAT(std::string(ParseExpertUsage(tall + "]}").status().message()), HasSubstr("65537 layers"));

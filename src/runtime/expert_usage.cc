@@ -4,7 +4,6 @@
 #include <string>
 #include <vector>
 #include <limits>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -21,6 +20,9 @@ constexpr size_t kMaxExperts = 65536;
 // bound what a hostile file costs before it is refused.
 constexpr uintmax_t kMaxFileBytes = 16u << 20;
 constexpr size_t kMaxValues = size_t{1} << 21;
+// The format's objects have two keys; a few more leave room for the schema check's own
+// "unknown key" message, and the cap keeps the repeated-key search short.
+constexpr size_t kMaxKeys = 8;
 constexpr int kMaxDepth = 4;  // open containers around a count: document, layers, a layer, its evaluations
 
 absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("expert usage: ", what)); }
@@ -46,7 +48,12 @@ class BoundsCheck final : public nlohmann::json_sax<json> {
     return Open();
   }
   bool key(string_t& key) override {
-    if (!keys_.back().insert(key).second) return Refuse(absl::StrCat("the key \"", key, "\" appears twice in one object"));
+    std::vector<std::string>& keys = keys_.back();
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+      return Refuse(absl::StrCat("the key \"", key, "\" appears twice in one object"));
+    }
+    if (keys.size() == kMaxKeys) return Refuse(absl::StrCat("an object has more than ", kMaxKeys, " keys"));
+    keys.push_back(key);
     return true;
   }
   bool end_object() override {
@@ -81,7 +88,7 @@ class BoundsCheck final : public nlohmann::json_sax<json> {
 
   int open_ = 0;
   size_t values_ = 0;
-  std::vector<std::set<std::string>> keys_;  // per open object, its keys so far
+  std::vector<std::vector<std::string>> keys_;  // per open object, its keys so far
   std::string refusal_;
 };
 
