@@ -297,7 +297,8 @@ __attribute__((target("avx2,fma"))) void ByteProductMix(int64_t iterations, floa
 }
 
 void BM_ByteProductCeiling(benchmark::State& state) {
-  if (!DetectCpu().avx2 || !DetectCpu().fma) {  // the kernels' own test (CPUID and XSAVE state)
+  const CpuInfo& cpu = DetectCpu();  // the kernels' own test (CPUID and XSAVE state)
+  if (!cpu.avx2 || !cpu.fma) {
     state.SkipWithError("needs AVX2 and FMA");
     return;
   }
