@@ -45,7 +45,12 @@ class ThreadPool {
   enum class Schedule { kStatic, kDynamic };
   // Spin this long for work (or for the others to finish) before sleeping.
   static constexpr int kSpinMicroseconds = 50;
-  static constexpr int kChunksPerThread = 4;
+  // A thread that has run out waits for the chunk another is in, so a chunk is what an
+  // uneven loop can lose at its end. 16, not 4: on an Intel Xeon (2 threads, 2026-12-07)
+  // OLMoE-1B-7B Q4_K_M decode +1-16% (six interleaved pairs, median +12%; a chunk of its
+  // expert steps had held two ~1 MB matrices), granite's +6%; the default model's decode
+  // and prompt unchanged within noise (docs/PERFORMANCE.md).
+  static constexpr int kChunksPerThread = 16;
 
   // `threads` in all: the calling thread of each loop and threads - 1 workers.
   explicit ThreadPool(int threads);
