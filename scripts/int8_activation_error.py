@@ -28,12 +28,14 @@ LAYER_MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def int8_blocks(x):
-    """x rounded as the kernels' activations are: int8 per 32, scale max|x| / 127."""
+    """x rounded as QuantizeRowsPortable (src/cpu/quant_matmul.cc) rounds it: per 32, d =
+    max|x| / 127, q = x * (1 / d) to the nearest integer, ties to even; in float64 here,
+    float32 there."""
     x = np.asarray(x)
     blocks = x.reshape(-1, 32)
-    scale = np.abs(blocks).max(axis=1, keepdims=True) / 127.0
-    scale[scale == 0] = 1.0
-    return (np.rint(blocks / scale) * scale).reshape(x.shape)
+    d = np.abs(blocks).max(axis=1, keepdims=True) / 127.0
+    inverse = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
+    return (np.rint(blocks * inverse) * d).reshape(x.shape)
 
 
 class QuantizedInput:
