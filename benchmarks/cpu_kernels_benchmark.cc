@@ -244,11 +244,11 @@ void BM_QuantBatchedRows(benchmark::State& state) {
 }
 BENCHMARK(BM_QuantBatchedRows)
     ->ArgNames({"type", "n", "k", "rows"})
-    ->ArgsProduct({{3}, {1536}, {576}, {1, 4, 8}})
+    ->ArgsProduct({{3}, {1536}, {576}, {1, 2, 4, 8}})
     ->Args({3, 576, 1536, 8})
     ->Args({8, 4096, 576, 8})
-    ->ArgsProduct({{6, 7}, {1536}, {576}, {1, 8}})         // Q5_0, Q5_1
-    ->ArgsProduct({{12, 13, 14, 23}, {576}, {1536}, {1, 8}})  // Q4_K, Q5_K, Q6_K, IQ4_XS
+    ->ArgsProduct({{6, 7}, {1536}, {576}, {1, 2, 8}})      // Q5_0, Q5_1
+    ->ArgsProduct({{12, 13, 14, 23}, {576}, {1536}, {1, 2, 8}})  // Q4_K, Q5_K, Q6_K, IQ4_XS
     ->ArgsProduct({{10, 11}, {576}, {1536}, {1}})          // Q2_K, Q3_K (portable kernel)
     // A prompt's share: 64 rows, so each group's weights serve many rows from L1.
     ->ArgsProduct({{2, 3, 6, 8, 12, 13, 14}, {576}, {1536}, {64}})

@@ -135,7 +135,7 @@ void CheckAgainstReference(Backend& backend, const ReferenceCase& c, double tole
   }
   const double err = RelativeL2(compared, c.logits);
   EXPECT_LE(err, tolerance) << label;
-  std::printf("%-40s relative L2 %.3g over %zu logits (limit %.0e)\n", label.c_str(), err, compared.size(),
+  std::printf("%-40s relative L2 %.3g over %zu logits (limit %.2g)\n", label.c_str(), err, compared.size(),
               tolerance);
   std::vector<int32_t> greedy;
   for (size_t i = 0; i < c.greedy.size(); ++i) {

@@ -149,6 +149,19 @@ TEST_P(BlockMatmulTest, BatchedRowsEqualRowsAlone) {
   ::hetero::testing::ExpectBatchedRowsEqualRowsAlone(w, s.m, rng);
 }
 
+// Decode's two int8 passes: near the float64 product of x itself, and a sequence's outputs
+// still independent of the other sequences in its step.
+TEST_P(BlockMatmulTest, RemainderPassNearFloat64) {
+  const Shape s = GetParam();
+  std::mt19937 rng(s.n * 13 + s.k * 3 + s.m + static_cast<int>(s.type) * 7);
+  const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
+  std::vector<float> wf(static_cast<size_t>(s.n) * s.k);
+  ASSERT_TRUE(Dequantize(s.type, blocks, absl::MakeSpan(wf)).ok());
+  ::hetero::testing::ExpectRemainderProductsNearFloat64(w, wf, s.m, rng);
+  ::hetero::testing::ExpectBatchedRowsEqualRowsAlone(w, s.m + 1, rng, /*with_remainder=*/true);
+}
+
 // The bf16 copy the GEMM path multiplies (CPUs without VNNI, or --bf16-min-rows):
 // within one bf16 rounding of the exact values.
 TEST_P(BlockMatmulTest, Bf16CopyMatchesDequantization) {
@@ -163,7 +176,8 @@ TEST_P(BlockMatmulTest, Bf16CopyMatchesDequantization) {
   for (size_t i = 0; i < wf.size(); ++i) ASSERT_EQ(bf16[i], Fp32ToBf16(wf[i])) << i;
 }
 
-// One parallel step for several matrices (q/k/v) gives each exactly its own product.
+// One parallel step for several matrices (q/k/v; experts with their own inputs) gives each
+// exactly its own product.
 TEST(QuantMatmulManyTest, EqualsSeparateProducts) {
   std::mt19937 rng(77);
   const int k = 512, m = 3;
@@ -176,21 +190,28 @@ TEST(QuantMatmulManyTest, EqualsSeparateProducts) {
   std::vector<float> x(static_cast<size_t>(m) * k);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& v : x) v = dist(rng);
-  QuantizedActivations a;
-  a.Quantize(x.data(), m, k, k);
-  std::vector<std::vector<float>> fused(4), alone(4);
-  QuantMatmulTask tasks[4];
-  for (int i = 0; i < 4; ++i) {
-    fused[i].assign(static_cast<size_t>(m) * rows[i], std::nanf(""));
-    alone[i].assign(static_cast<size_t>(m) * rows[i], std::nanf(""));
-    tasks[i] = {&weights[i], fused[i].data(), rows[i]};
-    QuantMatmul(weights[i], a, alone[i].data(), rows[i]);
-  }
-  QuantMatmulMany(tasks, a);
-  for (int i = 0; i < 4; ++i) {
-    for (size_t j = 0; j < fused[i].size(); ++j) {
-      ASSERT_FALSE(std::isnan(fused[i][j])) << "matrix " << i << " output " << j << " not written";
-      ASSERT_EQ(fused[i][j], alone[i][j]) << "matrix " << i << " output " << j;
+  // One pass, and decode's two (each row's products of its remainder added).
+  for (const bool with_remainder : {false, true}) {
+    QuantizedActivations a, own;
+    ::hetero::testing::QuantizeForTest(a, x.data(), m, k, with_remainder);
+    ::hetero::testing::QuantizeForTest(own, x.data() + k, m - 1, k, with_remainder);  // rows 1.. alone
+    std::vector<std::vector<float>> fused(4), alone(4);
+    QuantMatmulTask tasks[4];
+    for (int i = 0; i < 4; ++i) {
+      // The last task has its own activations (as a mixture's experts do).
+      const QuantizedActivations& input = i == 3 ? own : a;
+      const int out_rows = i == 3 ? m - 1 : m;
+      fused[i].assign(static_cast<size_t>(out_rows) * rows[i], std::nanf(""));
+      alone[i].assign(static_cast<size_t>(out_rows) * rows[i], std::nanf(""));
+      tasks[i] = {&weights[i], fused[i].data(), rows[i], i == 3 ? &own : nullptr};
+      QuantMatmul(weights[i], input, alone[i].data(), rows[i]);
+    }
+    QuantMatmulMany(tasks, a);
+    for (int i = 0; i < 4; ++i) {
+      for (size_t j = 0; j < fused[i].size(); ++j) {
+        ASSERT_FALSE(std::isnan(fused[i][j])) << "matrix " << i << " output " << j << " not written";
+        ASSERT_EQ(fused[i][j], alone[i][j]) << "matrix " << i << " output " << j << (with_remainder ? ", two passes" : "");
+      }
     }
   }
 }

@@ -127,6 +127,19 @@ TEST_P(QuantMatmulTest, BatchedRowsEqualRowsAlone) {
   ::hetero::testing::ExpectBatchedRowsEqualRowsAlone(w, s.m, rng);
 }
 
+// Decode's two int8 passes: near the float64 product of x itself, and a sequence's outputs
+// still independent of the other sequences in its step.
+TEST_P(QuantMatmulTest, RemainderPassNearFloat64) {
+  const Shape s = GetParam();
+  std::mt19937 rng(s.n * 13 + s.k * 3 + s.m);
+  const std::vector<uint8_t> blocks = RandomBlocks(s.type, s.n, s.k, rng);
+  const QuantizedWeights w = QuantizedWeights::FromBlocks(s.type, s.n, s.k, blocks.data());
+  std::vector<float> wf(static_cast<size_t>(s.n) * s.k);
+  ASSERT_TRUE(Dequantize(s.type, blocks, absl::MakeSpan(wf)).ok());
+  ::hetero::testing::ExpectRemainderProductsNearFloat64(w, wf, s.m, rng);
+  ::hetero::testing::ExpectBatchedRowsEqualRowsAlone(w, s.m + 1, rng, /*with_remainder=*/true);
+}
+
 // The AVX2 kernels (CPUs without AVX-512 VNNI) against the portable one and float64, run
 // directly so they are checked on every CPU that has AVX2, whichever kernel QuantMatmul picks.
 TEST_P(QuantMatmulTest, Avx2KernelMatchesPortable) {

@@ -457,17 +457,33 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
   }
   MutexLock lock(&mutex_);
   HETERO_ASSIGN_OR_RETURN(std::vector<int> lengths, ReserveChunks(chunks));
-  std::vector<Row> rows;
-  std::vector<int> last_rows;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    for (size_t t = 0; t < chunks[i].tokens.size(); ++t) {
-      rows.push_back({chunks[i].seq, static_cast<int32_t>(lengths[i] + t), chunks[i].tokens[t]});
+  // Prompt chunks, then generated ones, each group one pass: their activations are rounded
+  // differently (SequenceChunk::generated). The engine never mixes them in one step.
+  const size_t V = static_cast<size_t>(config_.n_vocab);
+  absl::Status s = absl::OkStatus();
+  for (const bool generated : {false, true}) {
+    std::vector<Row> rows;
+    std::vector<int> last_rows;
+    std::vector<size_t> chosen;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (chunks[i].generated != generated) continue;
+      for (size_t t = 0; t < chunks[i].tokens.size(); ++t) {
+        rows.push_back({chunks[i].seq, static_cast<int32_t>(lengths[i] + t), chunks[i].tokens[t]});
+      }
+      last_rows.push_back(static_cast<int>(rows.size()) - 1);
+      chosen.push_back(i);
     }
-    last_rows.push_back(static_cast<int>(rows.size()) - 1);
+    if (chosen.empty()) continue;
+    const bool whole_step = chosen.size() == chunks.size();
+    std::vector<float> part(whole_step ? 0 : chosen.size() * V);
+    ws_.scratch.decode = generated;
+    s = Forward(rows, last_rows, whole_step ? logits.data() : part.data());
+    ws_.scratch.decode = false;
+    if (!s.ok()) break;
+    for (size_t c = 0; c < part.size() / V; ++c) {
+      std::copy_n(part.data() + c * V, V, logits.data() + chosen[c] * V);
+    }
   }
-  ws_.scratch.decode = rows.size() == chunks.size();  // one token per sequence
-  absl::Status s = Forward(rows, last_rows, logits.data());
-  ws_.scratch.decode = false;
   if (!s.ok()) {
     RollBack(chunks, lengths);
     return s;

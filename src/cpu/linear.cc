@@ -69,6 +69,16 @@ class OneDnnLinear : public Linear {
   memory weights_;
 };
 
+// Generated tokens' steps quantize with remainders (quant_matmul.h): the integer work
+// doubles on the same weight reads, and greedy decoding follows the model, not the rounding.
+void QuantizeInput(const float* x, int m, int k, const LinearScratch& scratch, QuantizedActivations& a) {
+  if (scratch.decode) {
+    a.QuantizeWithRemainder(x, m, k, k);
+  } else {
+    a.Quantize(x, m, k, k);
+  }
+}
+
 // Whether QuantLinear's kernels read the file's blocks of the packed rows too: the bf16
 // prompt path dequantizes them. (Where nothing is packed, packed_rows is 0 and every row
 // is read from the file.)
@@ -85,7 +95,7 @@ class QuantLinear : public Linear {
 
   absl::Status Forward(const float* x, int m, float* y, LinearScratch& scratch) const override {
     if (m < bf16_min_rows_ || scratch.decode) {
-      scratch.activations.Quantize(x, m, k_, k_);
+      QuantizeInput(x, m, k_, scratch, scratch.activations);
       QuantMatmul(weights_, scratch.activations, y, n_);
       return absl::OkStatus();
     }
@@ -205,7 +215,7 @@ absl::Status ForwardSameInput(absl::Span<const Linear* const> linears, const flo
     return absl::OkStatus();
   }
   const int k = linears[0]->k();
-  scratch.activations.Quantize(x, m, k, k);
+  QuantizeInput(x, m, k, scratch, scratch.activations);
   QuantMatmulMany(tasks, scratch.activations);
   return absl::OkStatus();
 }
@@ -239,7 +249,7 @@ absl::Status ForwardEach(absl::Span<const LinearProduct> products, LinearScratch
       continue;
     }
     if (scratch.inputs.size() <= inputs) scratch.inputs.resize(inputs + 1);
-    scratch.inputs[inputs].Quantize(p.x, p.m, p.linear->k(), p.linear->k());
+    QuantizeInput(p.x, p.m, p.linear->k(), scratch, scratch.inputs[inputs]);
     input_of[i] = inputs++;
   }
   for (size_t i = 0; i < products.size(); ++i) tasks[i].activations = &scratch.inputs[input_of[i]];

@@ -26,8 +26,9 @@ enum class MatmulPrecision { kF32, kBf16 };
 
 // Per-call scratch, reused across calls (not shared between threads).
 struct LinearScratch {
-  // Decode steps stay on the native kernels at any batch size: a sequence's logits must
-  // not depend on which other sequences share its step.
+  // A step of generated tokens (SequenceChunk::generated): it stays on the native kernels
+  // at any batch size (a sequence's logits must not depend on which other sequences share
+  // its step), and their inputs are quantized with remainders (two int8 passes).
   bool decode = false;
   std::vector<uint16_t> src_bf16;
   std::vector<uint16_t> weights_bf16;

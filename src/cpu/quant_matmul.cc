@@ -296,7 +296,7 @@ void QuantizedWeights::Pack(const PackedSourceFn& packed_source) {
   }
 }
 
-void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int ld) {
+void QuantizedActivations::Resize(int n_rows, int n_cols) {
   rows = n_rows;
   cols = n_cols;
   const size_t n = static_cast<size_t>(rows) * cols;
@@ -308,20 +308,42 @@ void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int 
   q8_0_offsets.resize(n / kBlock);
   half_sums.resize(n / 16);
   q6_k_half_offsets.resize(n / 16);
-  const bool simd = HaveAvx512Vnni();
-  const bool avx2 = HaveAvx2();
-  if (simd) d_lanes.resize(n / kBlock * 8);
-  const int nb = cols / kBlock;
+  if (HaveAvx512Vnni()) d_lanes.resize(n / kBlock * 8);
+}
+
+void QuantizedActivations::QuantizeRow(const float* x, int m) {
+  if (HaveAvx512Vnni()) {
+    internal::QuantizeRowsAvx512(x, 1, cols, cols, *this, m);
+    const int nb = cols / kBlock;
+    for (int b = m * nb; b < (m + 1) * nb; ++b) std::fill_n(d_lanes.data() + static_cast<size_t>(b) * 8, 8, d[b]);
+  } else if (HaveAvx2()) {
+    internal::QuantizeRowsAvx2(x, 1, cols, cols, *this, m);
+  } else {
+    internal::QuantizeRowsPortable(x, 1, cols, cols, *this, m);
+  }
+}
+
+void QuantizedActivations::Quantize(const float* x, int n_rows, int n_cols, int ld) {
+  with_remainder = false;
+  Resize(n_rows, n_cols);
   // Rows are independent: a batch's rows quantize in parallel, each exactly as alone.
-  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int m) {
-    if (simd) {
-      internal::QuantizeRowsAvx512(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
-      for (int b = m * nb; b < (m + 1) * nb; ++b) std::fill_n(d_lanes.data() + static_cast<size_t>(b) * 8, 8, d[b]);
-    } else if (avx2) {
-      internal::QuantizeRowsAvx2(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
-    } else {
-      internal::QuantizeRowsPortable(x + static_cast<size_t>(m) * ld, 1, cols, ld, *this, m);
-    }
+  ParallelFor(rows, ThreadPool::Schedule::kStatic, [&](int m) { QuantizeRow(x + static_cast<size_t>(m) * ld, m); });
+}
+
+void QuantizedActivations::QuantizeWithRemainder(const float* x, int n_rows, int n_cols, int ld) {
+  with_remainder = true;
+  Resize(2 * n_rows, n_cols);
+  const size_t width = static_cast<size_t>(n_cols);
+  remainder_input.resize(static_cast<size_t>(n_rows) * width);
+  // One step per input row (decode's single row runs inline, no hand-off to the threads).
+  ParallelFor(n_rows, ThreadPool::Schedule::kStatic, [&](int m) {
+    const float* src = x + static_cast<size_t>(m) * ld;
+    QuantizeRow(src, 2 * m);
+    const int8_t* qm = q.data() + 2 * static_cast<size_t>(m) * width;
+    const float* dm = d.data() + 2 * static_cast<size_t>(m) * (width / kBlock);
+    float* rest = remainder_input.data() + static_cast<size_t>(m) * width;
+    for (size_t i = 0; i < width; ++i) rest[i] = src[i] - dm[i / kBlock] * static_cast<float>(qm[i]);
+    QuantizeRow(rest, 2 * m + 1);
   });
 }
 
@@ -474,6 +496,43 @@ void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i
 }
 
 
+// The outputs [begin, end) work item i computes.
+std::pair<int, int> ItemOutputs(const QuantizedWeights& w, int i) {
+  const int groups = w.packed.empty() ? 0 : w.packed_rows / QuantizedWeights::kGroupRows;
+  if (i < groups) return {i * QuantizedWeights::kGroupRows, (i + 1) * QuantizedWeights::kGroupRows};
+  const int j = w.packed.empty() ? i : w.packed_rows + (i - groups);
+  return {j, j + 1};
+}
+
+// RunWorkItem, then, where `a` holds remainders, the sum of each row's two products, from
+// `pairs` (a.rows x w.n, this product's own) into y.
+void RunWorkItemAndSum(const QuantizedWeights& w, const QuantizedActivations& a, int i, float* y, int ldy,
+                       float* pairs) {
+  if (!a.with_remainder) {
+    RunWorkItem(w, a, i, y, ldy);
+    return;
+  }
+  RunWorkItem(w, a, i, pairs, w.n);
+  const auto [begin, end] = ItemOutputs(w, i);
+  for (int m = 0; m < a.output_rows(); ++m) {
+    const float* first = pairs + 2 * static_cast<size_t>(m) * w.n;
+    const float* rest = first + w.n;
+    float* out = y + static_cast<size_t>(m) * ldy;
+    for (int j = begin; j < end; ++j) out[j] = first[j] + rest[j];
+  }
+}
+
+// The calling thread's buffer for the products of remainders, reused across calls.
+float* PairScratch(size_t floats) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < floats) scratch.resize(floats);
+  return scratch.data();
+}
+
+size_t PairFloats(const QuantizedWeights& w, const QuantizedActivations& a) {
+  return a.with_remainder ? static_cast<size_t>(a.rows) * w.n : 0;
+}
+
 // Runs `loop` at the prefetch distance the tuner plans for a product of `rows` rows, and
 // reports what it asks for: the time of a loop it measures, the bytes of the others.
 template <typename Loop>
@@ -505,8 +564,10 @@ uint64_t WeightBytes(const QuantizedWeights& w) { return static_cast<uint64_t>(w
 // Outputs are split over threads; each thread streams its own weight rows once and meets
 // every activation row with them while they are in cache.
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
-  TimeWeightRead(a.rows, WeightBytes(w), [&] {
-    ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic, [&](int i) { RunWorkItem(w, a, i, y, ldy); });
+  float* pairs = a.with_remainder ? PairScratch(PairFloats(w, a)) : nullptr;
+  TimeWeightRead(a.output_rows(), WeightBytes(w), [&] {
+    ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic,
+                [&](int i) { RunWorkItemAndSum(w, a, i, y, ldy, pairs); });
   });
 }
 
@@ -520,15 +581,21 @@ void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedAct
   starts[tasks.size()] = total;
   int rows = 0;
   uint64_t bytes = 0;
-  for (const QuantMatmulTask& task : tasks) {
+  absl::InlinedVector<size_t, 33> pair_starts(tasks.size() + 1);
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const QuantMatmulTask& task = tasks[t];
+    const QuantizedActivations& input = task.activations != nullptr ? *task.activations : a;
     bytes += WeightBytes(*task.weights);
-    rows = std::max(rows, (task.activations != nullptr ? *task.activations : a).rows);
+    rows = std::max(rows, input.output_rows());
+    pair_starts[t + 1] = pair_starts[t] + PairFloats(*task.weights, input);
   }
+  float* pairs = pair_starts.back() > 0 ? PairScratch(pair_starts.back()) : nullptr;
   TimeWeightRead(rows, bytes, [&] {
     ParallelFor(total, dynamic ? ThreadPool::Schedule::kDynamic : ThreadPool::Schedule::kStatic, [&](int i) {
       const size_t t = std::upper_bound(starts.begin(), starts.end(), i) - starts.begin() - 1;
       const QuantMatmulTask& task = tasks[t];
-      RunWorkItem(*task.weights, task.activations != nullptr ? *task.activations : a, i - starts[t], task.y, task.ldy);
+      RunWorkItemAndSum(*task.weights, task.activations != nullptr ? *task.activations : a, i - starts[t], task.y,
+                        task.ldy, pairs + pair_starts[t]);
     });
   });
 }

@@ -40,8 +40,24 @@ struct QuantizedActivations {
   // one vector: rows * cols / 32 * 8 floats.
   std::vector<float> d_lanes;
 
+  // Whether each input row is two rows here: row 2 m its int8 blocks, row 2 m + 1 the int8
+  // blocks of what they leave (x - d q), whose products QuantMatmul adds. One rounding of
+  // int8 per 32 moves a small model's logits by a few percent, enough to change greedy
+  // tokens far from a near-tie; the second brings that to ~1e-4 for the price of twice the
+  // integer work on the same weight reads (docs/PERFORMANCE.md, "Decode's second int8 pass").
+  bool with_remainder = false;
+  std::vector<float> remainder_input;  // QuantizeWithRemainder's remainders, one row each
+
   // Quantizes `rows` rows of `cols` floats (row stride `ld`). Reuses capacity.
   void Quantize(const float* x, int rows, int cols, int ld);
+  // The same rows with their remainders: 2 rows rows here, with_remainder set.
+  void QuantizeWithRemainder(const float* x, int rows, int cols, int ld);
+  // Rows of the products' outputs: rows, or half of them with remainders.
+  int output_rows() const { return with_remainder ? rows / 2 : rows; }
+
+ private:
+  void Resize(int n_rows, int n_cols);
+  void QuantizeRow(const float* x, int m);  // x: cols floats, into row m
 };
 
 // 64 bytes, aligned so that a packed tile's vectors never straddle cache lines.
@@ -148,8 +164,8 @@ struct QuantizedWeights {
   void Pack(const PackedSourceFn& packed_source = {});
 };
 
-// y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` and outputs j in [0, w.n),
-// split over the current thread pool (thread_pool.h).
+// y[m * ldy + j] = sum_k W[j, k] * x[m, k] for rows m of `a` (its output_rows()) and
+// outputs j in [0, w.n), split over the current thread pool (thread_pool.h).
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy);
 
 // Several products as one parallel step: one hand-off to the threads instead of one per

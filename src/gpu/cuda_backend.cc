@@ -626,7 +626,7 @@ absl::Status CudaBackend::DecodeGreedy(absl::Span<const SequenceId> seqs, absl::
   if (next.size() < seqs.size()) return absl::InvalidArgumentError("DecodeGreedy: `next` is too small");
   std::vector<SequenceChunk> chunks;
   chunks.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1), /*generated=*/true});
   return Run(chunks, nullptr, next.data());
 }
 

@@ -407,7 +407,7 @@ void DeviceWorker::Loop() {
     absl::Status step_status = absl::OkStatus();
     if (!batch.empty()) {
       std::vector<SequenceChunk> chunks;
-      for (auto& j : batch) chunks.push_back({j->seq, absl::MakeConstSpan(&j->pending_token, 1)});
+      for (auto& j : batch) chunks.push_back({j->seq, absl::MakeConstSpan(&j->pending_token, 1), /*generated=*/true});
       logits.resize(batch.size() * V);
       step_status = backend_.Step(chunks, absl::MakeSpan(logits));
     }

@@ -139,7 +139,7 @@ absl::Status PagedBackend::Decode(absl::Span<const SequenceId> seqs, absl::Span<
   }
   std::vector<SequenceChunk> chunks;
   chunks.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1)});
+  for (size_t i = 0; i < seqs.size(); ++i) chunks.push_back({seqs[i], tokens.subspan(i, 1), /*generated=*/true});
   return Step(chunks, logits);
 }
 
