@@ -1,7 +1,7 @@
 // hetero-bench: prompt-processing and generation throughput, like llama-bench.
 //
 //   hetero-bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [--device cpu|gpu] [-r REPS]
-//                [--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB]
+//                [--precision auto|int8|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB]
 //                [--expert-usage FILE] [--json] [-v]
 //   hetero-bench --transfer [-m MODEL]       host<->device bandwidth, and the KV swap (GPU)
 //   hetero-bench --sessions N [-n TOKENS]     N concurrent sessions through the engine
@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
       next_int(agentic.limit);
     } else if (a == "-h" || a == "--help") {
       std::printf("usage: hetero-bench [-m MODEL] [-p 512] [-n 128] [-d DEPTH] [-t THREADS] [--device cpu|gpu] [-r REPS] "
-                  "[--precision auto|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--expert-usage FILE] [--json] [-v|--verbose (debug log)]\n"
+                  "[--precision auto|int8|f32|bf16] [--bf16-min-rows R] [--batch 1,8,32] [--gpu-budget-mib MIB] [--expert-usage FILE] [--json] [-v|--verbose (debug log)]\n"
                   "       hetero-bench --transfer [--json]   (host<->device bandwidth; needs a GPU)\n"
                   "       hetero-bench --sessions N [-n TOKENS] | --calibrate [-o PROFILE]\n"
                   "       hetero-bench --agentic SUITE.jsonl [--policy NAME|all] [--limit N] [--router INTENTS.jsonl [--layers N|auto]] [--json] [--plot FILE.svg]\n"

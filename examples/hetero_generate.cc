@@ -3,7 +3,7 @@
 //
 //   hetero-generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--seed S] [--top-k K]
 //                   [--top-p P] [--min-p P] [--repeat-penalty R] [--stop STR]... [--chat]
-//                   [--system TEXT] [-t THREADS] [--precision auto|f32|bf16]
+//                   [--system TEXT] [-t THREADS] [--precision auto|int8|f32|bf16]
 //                   [--scheduler NAME] [--json]
 //
 // --chat renders the prompt as a user message with the model's chat template; --json prints
@@ -33,7 +33,7 @@ int Fail(const std::string& message) {
 constexpr char kUsage[] =
     "usage: hetero-generate [-m MODEL] -p PROMPT [-n N] [--temp T] [--seed S] [--top-k K] [--top-p P]\n"
     "                       [--min-p P] [--repeat-penalty R] [--stop STR]... [--chat] [--system TEXT]\n"
-    "                       [-t THREADS] [--precision auto|f32|bf16] [--scheduler NAME] [--json]\n";
+    "                       [-t THREADS] [--precision auto|int8|f32|bf16] [--scheduler NAME] [--json]\n";
 
 }  // namespace
 

@@ -61,7 +61,7 @@ expect_error no_prompt "no prompt given" "$gen"
 expect_error bad_temp "temperature is -1" "$gen" -p x --temp -1
 expect_error bad_number "'abc' is not a number" "$gen" -p x -n abc
 expect_error system_without_chat "--system needs --chat" "$gen" -p x --system hi
-expect_error bad_precision "unknown cpu_precision 'int3' (accepted: auto, f32, bf16)" "$gen" -p x --precision int3
+expect_error bad_precision "unknown cpu_precision 'int3' (accepted: auto, int8, f32, bf16)" "$gen" -p x --precision int3
 expect_error missing_model "not found" "$gen" -m /no/such.gguf -p x
 expect_error bench_gpu "device 'gpu' is not available" "$bench" --device gpu
 expect_error bench_option "unknown option '--bogus'" "$bench" --bogus

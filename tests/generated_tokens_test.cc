@@ -1,7 +1,8 @@
 // Generated tokens (SequenceChunk::generated) in the CPU backend's default mode: their
 // products' inputs take two int8 passes (quant_matmul.h's remainders), a prompt's one. So a
 // decoded token lands far nearer the f32 mode's logits than the same token as a prompt, and
-// a step that mixes the two roles gives each chunk what it gets alone.
+// a step that mixes the two roles gives each chunk what it gets alone. With --precision
+// int8 both roles take one pass.
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "hetero/engine.h"
 #include "hetero/model.h"
 #include "src/cpu/cpu_backend.h"
 #include "tests/support/tiny_model.h"
@@ -120,6 +122,27 @@ TEST_P(GeneratedTokensTest, MixedStepGivesEachChunkWhatItGetsAlone) {
   std::vector<float> next_as_prompt(V);
   ASSERT_TRUE(b.Prefill(d, next, absl::MakeSpan(next_as_prompt)).ok());
   EXPECT_NE(next_as_prompt, decoded_alone);
+}
+
+// --precision int8: generated tokens take the prompt's one pass, so a decoded token gives
+// exactly what the same token gives as a prompt.
+TEST_P(GeneratedTokensTest, Int8ModeDecodesWithOnePass) {
+  const testing::TinyModelOptions o = Options();
+  auto model = Model::Load(testing::WriteTinyModel(o, "generated_int8_" + std::to_string(GetParam()) + ".gguf"));
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto backend = MakeBackend(**model, CpuPrecision::kInt8);
+  auto two_passes = MakeBackend(**model, CpuPrecision::kAuto);
+  ASSERT_TRUE(backend && two_passes);
+  const int V = o.n_vocab;
+  const std::vector<int32_t> token = {41};
+  std::vector<float> as_prompt(V), decoded(V), decoded_auto(V);
+  const SequenceId p = *backend->NewSequence(), d = *backend->NewSequence(), a = *two_passes->NewSequence();
+  ASSERT_TRUE(backend->Prefill(p, token, absl::MakeSpan(as_prompt)).ok());
+  ASSERT_TRUE(backend->Decode({&d, 1}, token, absl::MakeSpan(decoded)).ok());
+  ASSERT_TRUE(two_passes->Decode({&a, 1}, token, absl::MakeSpan(decoded_auto)).ok());
+  EXPECT_EQ(decoded, as_prompt);
+  EXPECT_NE(decoded, decoded_auto);
+  EXPECT_EQ(*ParseCpuPrecision("int8"), CpuPrecision::kInt8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GeneratedTokensTest, ::testing::Values(0, 1),

@@ -41,7 +41,9 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
       model_(model),
       config_(model.config()),
       options_(options),
-      pool_(std::make_unique<ThreadPool>(options.threads)) {}
+      pool_(std::make_unique<ThreadPool>(options.threads)) {
+  ws_.scratch.decode_remainders = options.precision != CpuPrecision::kInt8;
+}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
   if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 0) {
@@ -66,6 +68,7 @@ absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorI
     case CpuPrecision::kBf16:
       return MakeOneDnnLinear(dnnl_, tensor, MatmulPrecision::kBf16);
     case CpuPrecision::kAuto:
+    case CpuPrecision::kInt8:  // the same matrices; only generated tokens' rounding differs
       if (QuantizedWeights::Supports(tensor.type) && QuantMatmulIsFast(tensor.type)) {
         // Prompts go through bf16 oneDNN only where that beats the integer kernels: a CPU
         // with native AVX-512 BF16 but no VNNI. Elsewhere the native kernels take every batch

@@ -28,8 +28,9 @@ enum class MatmulPrecision { kF32, kBf16 };
 struct LinearScratch {
   // A step of generated tokens (SequenceChunk::generated): it stays on the native kernels
   // at any batch size (a sequence's logits must not depend on which other sequences share
-  // its step), and their inputs are quantized with remainders (two int8 passes).
+  // its step), and with decode_remainders its inputs take two int8 passes (CpuPrecision).
   bool decode = false;
+  bool decode_remainders = true;
   std::vector<uint16_t> src_bf16;
   std::vector<uint16_t> weights_bf16;
   QuantizedActivations activations;

@@ -19,8 +19,9 @@ absl::StatusOr<CpuPrecision> ParseCpuPrecision(std::string_view name) {
   if (name == "auto") return CpuPrecision::kAuto;
   if (name == "f32") return CpuPrecision::kF32;
   if (name == "bf16") return CpuPrecision::kBf16;
+  if (name == "int8") return CpuPrecision::kInt8;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown cpu_precision '", std::string(name), "' (accepted: auto, f32, bf16)"));
+      absl::StrCat("unknown cpu_precision '", std::string(name), "' (accepted: auto, int8, f32, bf16)"));
 }
 Engine::Engine(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
