@@ -10,11 +10,18 @@ final-position logits. So a figure from cpu_backend_test's OtherFile check (hete
 path against float64) can be told apart from what the method itself costs on that file.
 
     python3 scripts/int8_activation_error.py FILE [MATRICES]
+    python3 scripts/int8_activation_error.py FILE --greedy PASSES
 
 FILE: a file of the default model (its prompts and tokenizer, as --default-only uses).
 
 MATRICES: comma-separated from q,k,v,o,gate,up,down,out (default: all of them). Dense
 models only (llama-style layers; not the mixtures' expert products).
+
+--greedy PASSES: each prompt through every product with one int8 pass (as hetero's
+prefill), then 32 greedy steps whose products take PASSES: 1 (--precision int8), 2 (the
+int8 blocks of what the first pass leaves added, as hetero's decode steps) or 0 (exact);
+prints where the tokens leave the float64 reference's and the reference's top-2 margin
+there (cpu_backend_test's near-tie threshold is 0.3).
 """
 import os
 import sys
@@ -38,6 +45,18 @@ def int8_blocks(x):
     return (np.rint(blocks * inverse) * d).reshape(x.shape)
 
 
+# Passes for the wrapped products' inputs: 0 exact, 1 int8 per 32, 2 that plus the int8
+# blocks of its remainder (QuantizedActivations::QuantizeWithRemainder).
+PASSES = {"now": 1}
+
+
+def rounded(x):
+    if PASSES["now"] == 0:
+        return x
+    first = int8_blocks(x)
+    return first + int8_blocks(np.asarray(x) - first) if PASSES["now"] == 2 else first
+
+
 class QuantizedInput:
     """Stands for a weight's transpose: `x @ it` quantizes x first (numpy defers to it)."""
     __array_ufunc__ = None
@@ -46,7 +65,7 @@ class QuantizedInput:
         self.transposed = transposed
 
     def __rmatmul__(self, x):
-        return int8_blocks(x) @ self.transposed
+        return rounded(x) @ self.transposed
 
 
 class Weight:
@@ -67,7 +86,42 @@ def swap(w, chosen, wrap):
         w.out = Weight(w.out) if wrap else w.out.w
 
 
+def greedy(path, decode_passes):
+    tokens, merges, types = rf.read_gguf_vocab(path)
+    tok = rf.build(tokens, merges, types, "smollm")
+    c, w = rf.gguf_model(path)
+    everything = set(LAYER_MATRICES) | {"out"}
+    for text in rf.DEFAULT_PROMPTS:
+        prompt = tok.encode(text, add_special_tokens=False).ids
+        _, want, margins = rf.run_case(c, w, prompt, 32)
+        swap(w, everything, wrap=True)
+        try:
+            PASSES["now"] = 1
+            session = rf.Session(c, w)
+            last = session.forward(prompt)[-1]
+            PASSES["now"] = decode_passes
+            left = None
+            for step, token in enumerate(want):
+                if int(np.argmax(last)) != token:
+                    left = step
+                    break
+                last = session.forward([token])[-1]
+        finally:
+            swap(w, everything, wrap=False)
+        if left is None:
+            print(f"prompt of {len(prompt)} tokens: 32 of 32 greedy tokens equal (decode {decode_passes} passes)")
+        else:
+            print(f"prompt of {len(prompt)} tokens: leaves the reference at step {left}, its margin there "
+                  f"{margins[left]:.3f}, smallest before {min(margins[:left] or [float('inf')]):.3f} "
+                  f"(decode {decode_passes} passes)")
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[2] == "--greedy":
+        if sys.argv[3] not in ("0", "1", "2"):
+            sys.exit("int8_activation_error: --greedy takes 0, 1 or 2")
+        greedy(sys.argv[1], int(sys.argv[3]))
+        return
     if len(sys.argv) not in (2, 3):
         print(__doc__.strip().split("\n\n")[2], file=sys.stderr)
         sys.exit(2)
