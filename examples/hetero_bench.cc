@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) return Fail("--device needs cpu or gpu");
       device = argv[++i];
     } else if (a == "--precision") {
-      if (i + 1 >= argc) return Fail("--precision needs auto, f32 or bf16");
+      if (i + 1 >= argc) return Fail("--precision needs auto, int8, f32 or bf16");
       precision_name = argv[++i];
     } else if (a == "--gpu-budget-mib") {
       int mib = 0;

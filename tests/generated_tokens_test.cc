@@ -28,9 +28,9 @@ double RelativeL2(const std::vector<float>& got, const std::vector<float>& want)
   return std::sqrt(diff / norm);
 }
 
-std::unique_ptr<CpuBackend> MakeBackend(const Model& model, CpuPrecision precision) {
+std::unique_ptr<CpuBackend> MakeBackend(const Model& model, CpuPrecision precision, int threads = 1) {
   CpuBackendOptions options;
-  options.threads = 1;
+  options.threads = threads;
   options.precision = precision;
   auto backend = CpuBackend::Create(model, options);
   EXPECT_TRUE(backend.ok()) << backend.status();
@@ -89,7 +89,8 @@ TEST_P(GeneratedTokensTest, MixedStepGivesEachChunkWhatItGetsAlone) {
   const testing::TinyModelOptions o = Options();
   auto model = Model::Load(testing::WriteTinyModel(o, "generated_mixed_" + std::to_string(GetParam()) + ".gguf"));
   ASSERT_TRUE(model.ok()) << model.status();
-  auto backend = MakeBackend(**model, CpuPrecision::kAuto);
+  // Three threads: the products' work items, and their sums of row pairs, run concurrently.
+  auto backend = MakeBackend(**model, CpuPrecision::kAuto, 3);
   ASSERT_TRUE(backend);
   CpuBackend& b = *backend;
   const int V = o.n_vocab;

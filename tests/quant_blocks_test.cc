@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "src/cpu/quant_blocks.h"
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/thread_pool.h"
 #include "src/runtime/dequantize.h"
 #include "src/runtime/fp16.h"
 #include "tests/support/quant_reference.h"
@@ -190,27 +191,33 @@ TEST(QuantMatmulManyTest, EqualsSeparateProducts) {
   std::vector<float> x(static_cast<size_t>(m) * k);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& v : x) v = dist(rng);
-  // One pass, and decode's two (each row's products of its remainder added).
-  for (const bool with_remainder : {false, true}) {
-    QuantizedActivations a, own;
-    ::hetero::testing::QuantizeForTest(a, x.data(), m, k, with_remainder);
-    ::hetero::testing::QuantizeForTest(own, x.data() + k, m - 1, k, with_remainder);  // rows 1.. alone
-    std::vector<std::vector<float>> fused(4), alone(4);
-    QuantMatmulTask tasks[4];
-    for (int i = 0; i < 4; ++i) {
-      // The last task has its own activations (as a mixture's experts do).
-      const QuantizedActivations& input = i == 3 ? own : a;
-      const int out_rows = i == 3 ? m - 1 : m;
-      fused[i].assign(static_cast<size_t>(out_rows) * rows[i], std::nanf(""));
-      alone[i].assign(static_cast<size_t>(out_rows) * rows[i], std::nanf(""));
-      tasks[i] = {&weights[i], fused[i].data(), rows[i], i == 3 ? &own : nullptr};
-      QuantMatmul(weights[i], input, alone[i].data(), rows[i]);
-    }
-    QuantMatmulMany(tasks, a);
-    for (int i = 0; i < 4; ++i) {
-      for (size_t j = 0; j < fused[i].size(); ++j) {
-        ASSERT_FALSE(std::isnan(fused[i][j])) << "matrix " << i << " output " << j << " not written";
-        ASSERT_EQ(fused[i][j], alone[i][j]) << "matrix " << i << " output " << j << (with_remainder ? ", two passes" : "");
+  // One pass, and decode's two (each row's products of its remainder added), on three
+  // threads with static and dynamic shares.
+  ThreadPool pool(3);
+  const ScopedThreadPool use_pool(&pool);
+  for (const bool dynamic : {false, true}) {
+    for (const bool with_remainder : {false, true}) {
+      QuantizedActivations a, own;
+      ::hetero::testing::QuantizeForTest(a, x.data(), m, k, with_remainder);
+      ::hetero::testing::QuantizeForTest(own, x.data() + k, m - 1, k, with_remainder);  // rows 1.. alone
+      std::vector<std::vector<float>> fused(4), alone(4);
+      QuantMatmulTask tasks[4];
+      for (int i = 0; i < 4; ++i) {
+        // The last task has its own activations (as a mixture's experts do).
+        const QuantizedActivations& input = i == 3 ? own : a;
+        const int out_rows = i == 3 ? m - 1 : m;
+        fused[i].assign(static_cast<size_t>(out_rows) * rows[i], std::nanf(""));
+        alone[i].assign(static_cast<size_t>(out_rows) * rows[i], std::nanf(""));
+        tasks[i] = {&weights[i], fused[i].data(), rows[i], i == 3 ? &own : nullptr};
+        QuantMatmul(weights[i], input, alone[i].data(), rows[i]);
+      }
+      QuantMatmulMany(tasks, a, dynamic);
+      for (int i = 0; i < 4; ++i) {
+        for (size_t j = 0; j < fused[i].size(); ++j) {
+          ASSERT_FALSE(std::isnan(fused[i][j])) << "matrix " << i << " output " << j << " not written";
+          ASSERT_EQ(fused[i][j], alone[i][j]) << "matrix " << i << " output " << j << (with_remainder ? ", two passes" : "")
+                                              << (dynamic ? ", dynamic" : "");
+        }
       }
     }
   }

@@ -43,7 +43,7 @@ enum class CpuPrecision {
           // decoding follows the model; other formats bf16 (f32 without avx512_bf16)
   kF32,   // every matrix dequantized to f32, f32 matmuls: the accuracy reference mode
   kBf16,  // every matrix converted to bf16 at load
-  kInt8,  // as kAuto, but generated tokens take one int8 pass too: decode 5-22% faster
+  kInt8,  // as kAuto, but generated tokens take one int8 pass too: decode 4-28% faster
           // (docs/PERFORMANCE.md), greedy tokens leave the model's sooner
 };
 // "auto", "int8", "f32" or "bf16"; InvalidArgument lists them. The one parser of the option.

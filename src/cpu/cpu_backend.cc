@@ -41,9 +41,7 @@ CpuBackend::CpuBackend(const Model& model, const CpuBackendOptions& options)
       model_(model),
       config_(model.config()),
       options_(options),
-      pool_(std::make_unique<ThreadPool>(options.threads)) {
-  ws_.scratch.decode_remainders = options.precision != CpuPrecision::kInt8;
-}
+      pool_(std::make_unique<ThreadPool>(options.threads)) {}
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model, const CpuBackendOptions& options) {
   if (options.threads < 1 || options.kv_block_tokens < 1 || options.max_sequences < 1 || options.bf16_min_rows < 0) {
@@ -479,9 +477,10 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
     if (chosen.empty()) continue;
     const bool whole_step = chosen.size() == chunks.size();
     std::vector<float> part(whole_step ? 0 : chosen.size() * V);
-    ws_.scratch.decode = generated;
+    ws_.scratch.decode = generated || rows.size() == chosen.size();  // one token per sequence
+    ws_.scratch.remainders = generated && options_.precision != CpuPrecision::kInt8;
     s = Forward(rows, last_rows, whole_step ? logits.data() : part.data());
-    ws_.scratch.decode = false;
+    ws_.scratch.decode = ws_.scratch.remainders = false;
     if (!s.ok()) break;
     for (size_t c = 0; c < part.size() / V; ++c) {
       std::copy_n(part.data() + c * V, V, logits.data() + chosen[c] * V);

@@ -72,7 +72,7 @@ class OneDnnLinear : public Linear {
 // Generated tokens' steps quantize with remainders (quant_matmul.h): the integer work
 // doubles on the same weight reads, and greedy decoding follows the model, not the rounding.
 void QuantizeInput(const float* x, int m, int k, const LinearScratch& scratch, QuantizedActivations& a) {
-  if (scratch.decode && scratch.decode_remainders) {
+  if (scratch.remainders) {
     a.QuantizeWithRemainder(x, m, k, k);
   } else {
     a.Quantize(x, m, k, k);

@@ -26,11 +26,12 @@ enum class MatmulPrecision { kF32, kBf16 };
 
 // Per-call scratch, reused across calls (not shared between threads).
 struct LinearScratch {
-  // A step of generated tokens (SequenceChunk::generated): it stays on the native kernels
-  // at any batch size (a sequence's logits must not depend on which other sequences share
-  // its step), and with decode_remainders its inputs take two int8 passes (CpuPrecision).
+  // A step of one token per sequence: it stays on the native kernels at any batch size (a
+  // sequence's logits must not depend on which other sequences share its step).
   bool decode = false;
-  bool decode_remainders = true;
+  // Generated tokens (SequenceChunk::generated, CpuPrecision kAuto): inputs take two int8
+  // passes (QuantizedActivations::QuantizeWithRemainder).
+  bool remainders = false;
   std::vector<uint16_t> src_bf16;
   std::vector<uint16_t> weights_bf16;
   QuantizedActivations activations;

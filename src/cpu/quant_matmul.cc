@@ -565,7 +565,7 @@ uint64_t WeightBytes(const QuantizedWeights& w) { return static_cast<uint64_t>(w
 // every activation row with them while they are in cache.
 void QuantMatmul(const QuantizedWeights& w, const QuantizedActivations& a, float* y, int ldy) {
   float* pairs = a.with_remainder ? PairScratch(PairFloats(w, a)) : nullptr;
-  TimeWeightRead(a.output_rows(), WeightBytes(w), [&] {
+  TimeWeightRead(a.rows, WeightBytes(w), [&] {  // the kernels' rows: two per input row with remainders
     ParallelFor(WorkItems(w), ThreadPool::Schedule::kStatic,
                 [&](int i) { RunWorkItemAndSum(w, a, i, y, ldy, pairs); });
   });
@@ -586,7 +586,7 @@ void QuantMatmulMany(absl::Span<const QuantMatmulTask> tasks, const QuantizedAct
     const QuantMatmulTask& task = tasks[t];
     const QuantizedActivations& input = task.activations != nullptr ? *task.activations : a;
     bytes += WeightBytes(*task.weights);
-    rows = std::max(rows, input.output_rows());
+    rows = std::max(rows, input.rows);
     pair_starts[t + 1] = pair_starts[t] + PairFloats(*task.weights, input);
   }
   float* pairs = pair_starts.back() > 0 ? PairScratch(pair_starts.back()) : nullptr;

@@ -98,8 +98,8 @@ struct SequenceChunk {
   absl::Span<const int32_t> tokens;
   // The tokens were sampled from this backend's logits (a decode step), not a prompt's. The
   // CPU backend rounds a generated token's activations more finely (two int8 passes where a
-  // prompt's take one: src/cpu/quant_matmul.h), so what a token gives depends on its role,
-  // never on how a prompt was cut into steps or which sequences share a step.
+  // prompt's take one: src/cpu/quant_matmul.h), so how a token is computed depends on its
+  // role, never on how a prompt was cut into steps or which sequences share a step.
   bool generated = false;
 };
 

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/thread_pool.h"
 
 namespace hetero::testing {
 
@@ -67,6 +68,9 @@ inline void ExpectBatchedRowsEqualRowsAlone(const QuantizedWeights& w, int rows,
 inline void ExpectRemainderProductsNearFloat64(const QuantizedWeights& w, const std::vector<float>& wf, int rows,
                                                std::mt19937& rng) {
   const int k = w.k, nb = w.k / 32;
+  // Three threads, so work items (and their sums of row pairs) run concurrently.
+  ThreadPool pool(3);
+  const ScopedThreadPool use_pool(&pool);
   std::vector<float> x(static_cast<size_t>(rows) * k);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (float& v : x) v = dist(rng);
