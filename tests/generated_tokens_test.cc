@@ -144,6 +144,11 @@ TEST_P(GeneratedTokensTest, Int8ModeDecodesWithOnePass) {
   EXPECT_EQ(decoded, as_prompt);
   EXPECT_NE(decoded, decoded_auto);
   EXPECT_EQ(*ParseCpuPrecision("int8"), CpuPrecision::kInt8);
+  // hetero-bench's header says which.
+  EXPECT_NE(backend->info().weight_format.find("int8 activations, one pass"), std::string::npos)
+      << backend->info().weight_format;
+  EXPECT_NE(two_passes->info().weight_format.find("two passes for generated tokens"), std::string::npos)
+      << two_passes->info().weight_format;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GeneratedTokensTest, ::testing::Values(0, 1),

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "src/cpu/cpu_features.h"
 #include "src/cpu/lora_delta.h"
@@ -178,6 +179,11 @@ absl::Status CpuBackend::Init() {
     for (size_t i = 0; i < paths.size(); ++i) {
       absl::StrAppend(&info_.weight_format, i == 0 ? "" : ", ", paths[i].second, " ", paths[i].first);
     }
+  }
+  if (absl::StrContains(info_.weight_format, "native ")) {
+    absl::StrAppend(&info_.weight_format, options_.precision == CpuPrecision::kInt8
+                                              ? "; int8 activations, one pass"
+                                              : "; int8 activations, two passes for generated tokens");
   }
   info_.weight_bytes = bytes;
   info_.max_sequences = options_.max_sequences;
