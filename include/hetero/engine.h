@@ -39,12 +39,13 @@ class SemanticRouter;  // hetero/router.h
 // How the CPU backend holds and multiplies weight matrices.
 enum class CpuPrecision {
   kAuto,  // native kernels for every format they run fast here, with int8 activations: one
-          // pass for a prompt's tokens, two (the remainder too) for generated ones, so greedy
-          // decoding follows the model; other formats bf16 (f32 without avx512_bf16)
+          // pass for a prompt's tokens, and with AVX-512 VNNI two (the remainder too) for
+          // generated ones, so greedy decoding follows the model; other formats bf16 (f32
+          // without avx512_bf16)
   kF32,   // every matrix dequantized to f32, f32 matmuls: the accuracy reference mode
   kBf16,  // every matrix converted to bf16 at load
-  kInt8,  // as kAuto, but generated tokens take one int8 pass too: decode 4-28% faster
-          // (docs/PERFORMANCE.md), greedy tokens leave the model's sooner
+  kInt8,  // as kAuto, but generated tokens take one int8 pass everywhere: decode 4-28% faster
+          // with VNNI (docs/PERFORMANCE.md), greedy tokens leave the model's sooner
 };
 // "auto", "int8", "f32" or "bf16"; InvalidArgument lists them. The one parser of the option.
 HETERO_EXPORT absl::StatusOr<CpuPrecision> ParseCpuPrecision(std::string_view name);

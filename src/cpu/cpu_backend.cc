@@ -59,6 +59,14 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   return backend;
 }
 
+// The second pass doubles the integer work of a decode step: with VNNI's vpdpbusd that
+// cost 4-22% of decode (Intel Xeon, 2026-12-07); with AVX2's vpmaddubsw chains, whose
+// instructions already bound decode, 25-45% there (docs/PERFORMANCE.md, "Decode's second
+// int8 pass"), which the AVX2-only CPUs' lead over llama.cpp (1.55-2.08x) would not survive.
+bool CpuBackend::GeneratedTokensTakeRemainders() const {
+  return options_.precision == CpuPrecision::kAuto && QuantMatmulUsesAvx512();
+}
+
 absl::StatusOr<std::unique_ptr<Linear>> CpuBackend::MakeLinear(const GgufTensorInfo& tensor) {
   const bool bf16_cpu = DetectCpu().avx512_bf16;
   switch (options_.precision) {
@@ -181,9 +189,9 @@ absl::Status CpuBackend::Init() {
     }
   }
   if (absl::StrContains(info_.weight_format, "native ")) {
-    absl::StrAppend(&info_.weight_format, options_.precision == CpuPrecision::kInt8
-                                              ? "; int8 activations, one pass"
-                                              : "; int8 activations, two passes for generated tokens");
+    absl::StrAppend(&info_.weight_format, GeneratedTokensTakeRemainders()
+                                              ? "; int8 activations, two passes for generated tokens"
+                                              : "; int8 activations, one pass");
   }
   info_.weight_bytes = bytes;
   info_.max_sequences = options_.max_sequences;
@@ -484,7 +492,7 @@ absl::Status CpuBackend::Step(absl::Span<const SequenceChunk> chunks, absl::Span
     const bool whole_step = chosen.size() == chunks.size();
     std::vector<float> part(whole_step ? 0 : chosen.size() * V);
     ws_.scratch.decode = generated || rows.size() == chosen.size();  // one token per sequence
-    ws_.scratch.remainders = generated && options_.precision != CpuPrecision::kInt8;
+    ws_.scratch.remainders = generated && GeneratedTokensTakeRemainders();
     s = Forward(rows, last_rows, whole_step ? logits.data() : part.data());
     ws_.scratch.decode = ws_.scratch.remainders = false;
     if (!s.ok()) break;

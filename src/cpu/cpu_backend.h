@@ -111,6 +111,9 @@ class CpuBackend : public PagedBackend {
   absl::Status CopyKvBlocks(absl::Span<const KvBlockTable::BlockCopy> copies) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   float* KvBlock(int block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Whether generated tokens' products take two int8 passes (CpuPrecision::kAuto on a CPU
+  // with the AVX-512 VNNI kernels).
+  bool GeneratedTokensTakeRemainders() const;
   absl::StatusOr<std::unique_ptr<Linear>> MakeLinear(const GgufTensorInfo& tensor);
 
   const Model& model_;

@@ -227,14 +227,15 @@ void QuantRowsAvx2(const QuantizedWeights& w, int row, const QuantizedActivation
   }
 }
 
-// One activation row (a decode step): both halves of each block in one pass, with
-// ClassicGroupHalf's steps, so a row's outputs do not depend on how many rows share the
-// product.
-template <TensorType T>
-void ClassicGroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y) {
+// R (1 or 2) activation rows, a decode step's (two with its remainder's): both halves of
+// each block in one pass, the accumulators in registers, with ClassicGroupHalf's steps, so
+// a row's outputs do not depend on how many rows share the product.
+template <TensorType T, int R>
+void ClassicGroupFewRows(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
   const int nb = w.k / kBlock;
   const uint8_t* base = w.packed_bytes() + static_cast<size_t>(group) * QuantizedWeights::ClassicGroupBytes(T, nb);
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
   for (int b = 0; b < nb; ++b) {
     if (b % 2 == 0) {
       PrefetchWeights(base + QuantizedWeights::ClassicTileAt(T, b).quants, T == TensorType::kQ8_0 ? 1088 : 640,
@@ -242,20 +243,31 @@ void ClassicGroupOneRow(const QuantizedWeights& w, int group, const QuantizedAct
     }
     ClassicHalf tile;
     LoadClassicHalf<T>(base, b, 0, tile);
-    acc0 = AccumulateClassic<T>(tile, a, 0, b, nb, acc0);
+    for (int r = 0; r < R; ++r) acc0[r] = AccumulateClassic<T>(tile, a, r, b, nb, acc0[r]);
     LoadClassicHalf<T>(base, b, 1, tile);
-    acc1 = AccumulateClassic<T>(tile, a, 0, b, nb, acc1);
+    for (int r = 0; r < R; ++r) acc1[r] = AccumulateClassic<T>(tile, a, r, b, nb, acc1[r]);
   }
-  _mm256_storeu_ps(y + group * QuantizedWeights::kGroupRows, acc0);
-  _mm256_storeu_ps(y + group * QuantizedWeights::kGroupRows + 8, acc1);
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * ldy + group * QuantizedWeights::kGroupRows, acc0[r]);
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * ldy + group * QuantizedWeights::kGroupRows + 8, acc1[r]);
+  }
+}
+
+template <int R>
+void ClassicGroupFewRowsOfType(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
+  switch (w.type) {
+    case TensorType::kQ4_0: ClassicGroupFewRows<TensorType::kQ4_0, R>(w, group, a, y, ldy); break;
+    case TensorType::kQ4_1: ClassicGroupFewRows<TensorType::kQ4_1, R>(w, group, a, y, ldy); break;
+    default: ClassicGroupFewRows<TensorType::kQ8_0, R>(w, group, a, y, ldy); break;
+  }
 }
 
 void QuantGroupAvx2(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
-  if (a.rows == 1) {
-    switch (w.type) {
-      case TensorType::kQ4_0: ClassicGroupOneRow<TensorType::kQ4_0>(w, group, a, y); break;
-      case TensorType::kQ4_1: ClassicGroupOneRow<TensorType::kQ4_1>(w, group, a, y); break;
-      default: ClassicGroupOneRow<TensorType::kQ8_0>(w, group, a, y); break;
+  if (a.rows <= 2) {
+    if (a.rows == 1) {
+      ClassicGroupFewRowsOfType<1>(w, group, a, y, ldy);
+    } else {
+      ClassicGroupFewRowsOfType<2>(w, group, a, y, ldy);
     }
     return;
   }

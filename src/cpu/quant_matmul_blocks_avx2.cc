@@ -254,17 +254,19 @@ void GroupHalf(const QuantizedWeights& w, int group, int half, const QuantizedAc
   }
 }
 
-// One activation row (a decode step): both halves per run in one pass over the group. Each
-// lane's float steps are GroupHalf's in the same order, so a row's outputs do not depend on
-// how many rows share the product.
-template <TensorType T>
-void GroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y) {
+// R (1 or 2) activation rows, a decode step's (two with its remainder's): both halves per
+// run in one pass over the group, the accumulators in registers. Each lane's float steps
+// are GroupHalf's in the same order, so a row's outputs do not depend on how many rows
+// share the product.
+template <TensorType T, int R>
+void GroupFewRows(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
   constexpr int kRuns = Runs(T);
   const PackedUnitLayout& layout = Layout<T>();
   const size_t prefetch_share = PrefetchShare<T>();
   const int units = w.k / (32 * kRuns);
   const int nb = w.k / 32;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
   const uint8_t* unit = w.packed_bytes() + static_cast<size_t>(group) * units * layout.bytes;
   for (int u = 0; u < units; ++u, unit += layout.bytes) {
     const UnitScales us0 = LoadUnitScales<T>(unit + layout.scales_at, 0);
@@ -273,19 +275,25 @@ void GroupOneRow(const QuantizedWeights& w, int group, const QuantizedActivation
       PrefetchWeights(unit + run * prefetch_share, prefetch_share, w.packed_end());
       RunWeights rw;
       LoadRun<T>(unit, run, 0, us0, rw);
-      acc0 = AccumulateRun<T>(rw, a, 0, u * kRuns + run, nb, acc0);
+      for (int r = 0; r < R; ++r) acc0[r] = AccumulateRun<T>(rw, a, r, u * kRuns + run, nb, acc0[r]);
       LoadRun<T>(unit, run, 1, us1, rw);
-      acc1 = AccumulateRun<T>(rw, a, 0, u * kRuns + run, nb, acc1);
+      for (int r = 0; r < R; ++r) acc1[r] = AccumulateRun<T>(rw, a, r, u * kRuns + run, nb, acc1[r]);
     }
   }
-  _mm256_storeu_ps(y + group * kRows, acc0);
-  _mm256_storeu_ps(y + group * kRows + 8, acc1);
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * ldy + group * kRows, acc0[r]);
+    _mm256_storeu_ps(y + static_cast<size_t>(r) * ldy + group * kRows + 8, acc1[r]);
+  }
 }
 
 template <TensorType T>
 void GroupOfType(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy) {
-  if (a.rows == 1) {
-    GroupOneRow<T>(w, group, a, y);
+  if (a.rows <= 2) {
+    if (a.rows == 1) {
+      GroupFewRows<T, 1>(w, group, a, y, ldy);
+    } else {
+      GroupFewRows<T, 2>(w, group, a, y, ldy);
+    }
     return;
   }
   GroupHalf<T>(w, group, 0, a, y, ldy);
