@@ -60,9 +60,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
 }
 
 // The second pass doubles the integer work of a decode step: with VNNI's vpdpbusd that
-// cost 4-22% of decode (Intel Xeon, 2026-12-07); with AVX2's vpmaddubsw chains, whose
-// instructions already bound decode, 25-45% there (docs/PERFORMANCE.md, "Decode's second
-// int8 pass"), which the AVX2-only CPUs' lead over llama.cpp (1.55-2.08x) would not survive.
+// cost 4-22% of decode (Intel Xeon, 2026-12-07); with AVX2's vpmaddubsw chains 24% (Q4_K_M)
+// and 41% (Q4_0) there (docs/PERFORMANCE.md, "Decode's second int8 pass"), more than the
+// AVX2-only CPUs' lead over llama.cpp (1.55-2.08x) would survive.
 bool CpuBackend::GeneratedTokensTakeRemainders() const {
   return options_.precision == CpuPrecision::kAuto && QuantMatmulUsesAvx512();
 }
