@@ -50,7 +50,7 @@ struct QuantizedActivations {
 
   // Quantizes `rows` rows of `cols` floats (row stride `ld`). Reuses capacity.
   void Quantize(const float* x, int rows, int cols, int ld);
-  // The same rows with their remainders: 2 rows rows here, with_remainder set.
+  // The same rows with their remainders: 2 x rows rows here, with_remainder set.
   void QuantizeWithRemainder(const float* x, int rows, int cols, int ld);
   // Rows of the products' outputs: rows, or half of them with remainders.
   int output_rows() const { return with_remainder ? rows / 2 : rows; }
