@@ -70,8 +70,8 @@ class OneDnnLinear : public Linear {
 };
 
 // Generated tokens' steps quantize with remainders where the backend asks (VNNI kernels,
-// CpuPrecision::kAuto; quant_matmul.h): the integer work
-// doubles on the same weight reads, and greedy decoding follows the model, not the rounding.
+// CpuPrecision::kAuto; quant_matmul.h): the integer work doubles on the same weight reads,
+// and greedy decoding follows the model, not the rounding.
 void QuantizeInput(const float* x, int m, int k, const LinearScratch& scratch, QuantizedActivations& a) {
   if (scratch.remainders) {
     a.QuantizeWithRemainder(x, m, k, k);
