@@ -17,9 +17,12 @@
 #include "tests/support/default_model.h"
 #include "tests/support/status_matchers.h"
 #include "tests/support/tiny_model.h"
+#include "tests/support/relative_l2.h"
 
 namespace hetero {
 namespace {
+
+using ::hetero::testing::RelativeL2;
 
 using ::hetero::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -99,15 +102,6 @@ CpuBackendOptions TestOptions() {
   CpuBackendOptions options;
   options.threads = 1;
   return options;
-}
-
-double RelativeL2(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 int Argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }

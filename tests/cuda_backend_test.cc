@@ -24,23 +24,17 @@
 #include "src/gpu/cuda_backend.h"
 #include "tests/support/default_model.h"
 #include "tests/support/tiny_model.h"
+#include "tests/support/relative_l2.h"
 
 namespace hetero {
 namespace {
+
+using ::hetero::testing::RelativeL2;
 
 #define HETERO_SKIP_WITHOUT_GPU()                                                       \
   if (!QueryDevices().cuda.available) {                                                 \
     GTEST_SKIP() << "no usable CUDA device: " << QueryDevices().cuda.notice;            \
   }
-
-double RelativeL2(absl::Span<const float> got, absl::Span<const float> want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
 
 int32_t Argmax(absl::Span<const float> v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());

@@ -342,7 +342,9 @@ void QuantizedActivations::QuantizeWithRemainder(const float* x, int n_rows, int
     const int8_t* qm = q.data() + 2 * static_cast<size_t>(m) * width;
     const float* dm = d.data() + 2 * static_cast<size_t>(m) * (width / kBlock);
     float* rest = remainder_input.data() + static_cast<size_t>(m) * width;
-    for (size_t i = 0; i < width; ++i) rest[i] = src[i] - dm[i / kBlock] * static_cast<float>(qm[i]);
+    for (size_t b = 0; b < width / kBlock; ++b) {
+      for (size_t i = b * kBlock; i < (b + 1) * kBlock; ++i) rest[i] = src[i] - dm[b] * static_cast<float>(qm[i]);
+    }
     QuantizeRow(rest, 2 * m + 1);
   });
 }

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "src/cpu/quant_matmul.h"
 #include "src/cpu/thread_pool.h"
+#include "src/runtime/dequantize.h"
 
 namespace hetero::testing {
 
@@ -59,14 +60,17 @@ inline void ExpectBatchedRowsEqualRowsAlone(const QuantizedWeights& w, int rows,
 
 // Decode's two int8 passes (QuantizeWithRemainder): `rows` random rows, each the int8 blocks
 // of x and of what they leave, through QuantMatmul, against float64 products of the
-// dequantized weights `wf` (n x k, row-major):
+// weights (`blocks`, dequantized):
 //  - with the activations as the two passes hold them (d1 q1 + d2 q2): only float
 //    rounding may separate them, 1e-5 of the sum of |w x| (the one-pass tests' bound);
 //  - with x itself: the second pass leaves each value within half its step, d2 / 2
 //    <= max|x| / (127 * 254 * 2) of its block, so the error is at most the sum of
 //    |w| d2 / 2 (plus the same float slack), about 250 times less than one int8 pass.
-inline void ExpectRemainderProductsNearFloat64(const QuantizedWeights& w, const std::vector<float>& wf, int rows,
-                                               std::mt19937& rng) {
+// Then the same weights' outputs for rows + 1 sequences together equal each alone.
+inline void ExpectRemainderPassHolds(const QuantizedWeights& w, const std::vector<uint8_t>& blocks, int rows,
+                                     std::mt19937& rng) {
+  std::vector<float> wf(static_cast<size_t>(w.n) * w.k);
+  ASSERT_TRUE(Dequantize(w.type, blocks, absl::MakeSpan(wf)).ok());
   const int k = w.k, nb = w.k / 32;
   // Three threads, so work items (and their sums of row pairs) run concurrently.
   ThreadPool pool(3);
@@ -104,6 +108,7 @@ inline void ExpectRemainderProductsNearFloat64(const QuantizedWeights& w, const 
   EXPECT_LT(worst_exact, 1e-5) << "vs float64 of the two passes' activations";
   EXPECT_LE(worst_bound_use, 1.0) << "vs float64 of x: past half the second pass's step";
   EXPECT_LT(worst_x, 1e-4) << "vs float64 of x, as a fraction of the sum of |w x|";
+  ExpectBatchedRowsEqualRowsAlone(w, rows + 1, rng, /*with_remainder=*/true);
 }
 
 }  // namespace hetero::testing
