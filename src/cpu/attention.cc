@@ -114,7 +114,7 @@ internal::AttentionKernels Attention::Kernels() const {
   return AttentionKernels::kPortable;
 }
 
-bool Attention::Simd() const { return Kernels() == internal::AttentionKernels::kAvx512; }
+bool Attention::Simd() const { return Kernels() != internal::AttentionKernels::kPortable; }
 
 void Attention::Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const {
   internal::MergeAttentionParts(parts, s_.n_heads / s_.n_kv_heads, s_.head_dim, outs, max, sum, out, Kernels());
@@ -149,14 +149,12 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const Transpose
                               s_.scale,
                               max,
                               sum};
+  if (kt != nullptr) {
+    query.kt = kt->kt + static_cast<size_t>(g) * hd * kt->ld + (first - kt->first_key);
+    query.kt_ld = kt->ld;
+  }
   switch (kernels) {
-    case internal::AttentionKernels::kAvx512:
-      if (kt != nullptr) {
-        query.kt = kt->kt + static_cast<size_t>(g) * hd * kt->ld + (first - kt->first_key);
-        query.kt_ld = kt->ld;
-      }
-      internal::AttendDecodeAvx512(query, scores, out);
-      break;
+    case internal::AttentionKernels::kAvx512: internal::AttendDecodeAvx512(query, scores, out); break;
     case internal::AttentionKernels::kAvx2: internal::AttendDecodeAvx2(query, scores, out); break;
     case internal::AttentionKernels::kPortable: internal::AttendDecodePortable(query, scores, out); break;
   }
@@ -333,9 +331,15 @@ std::vector<Attention::RowRun> Attention::TransposeKeysOfRuns(int rows, const in
     const TransposedKeys& t = run.keys;
     float* head = t.kt + static_cast<size_t>(item.g) * s_.head_dim * t.ld;
     const size_t column = static_cast<size_t>(item.first - t.first_key);
-    internal::TransposeKeysAvx512(kv[static_cast<size_t>(run.begin)]->blocks.data(), s_.block_tokens,
-                                  layer.Offset(0, /*values=*/false, item.g, 0), s_.head_dim, item.first, item.n,
-                                  head + column, t.ld);
+    const float* const* blocks = kv[static_cast<size_t>(run.begin)]->blocks.data();
+    const size_t k_offset = layer.Offset(0, /*values=*/false, item.g, 0);
+    if (Kernels() == internal::AttentionKernels::kAvx512) {
+      internal::TransposeKeysAvx512(blocks, s_.block_tokens, k_offset, s_.head_dim, item.first, item.n, head + column,
+                                    t.ld);
+    } else {
+      internal::TransposeKeysAvx2(blocks, s_.block_tokens, k_offset, s_.head_dim, item.first, item.n, head + column,
+                                  t.ld);
+    }
     // The spare columns after a head's last key (read, never used, by a part's last sixteen).
     if (item.first + item.n == run.end_key) {
       for (int d = 0; d < s_.head_dim; ++d) std::fill(head + d * t.ld + column + item.n, head + (d + 1) * t.ld, 0.0f);

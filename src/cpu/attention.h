@@ -102,7 +102,7 @@ class Attention {
   // The one place that picks the kernels: AVX-512 where the CPU has it and head_dim % 16 == 0,
   // else AVX2 and FMA where head_dim % 8 == 0, else portable.
   internal::AttentionKernels Kernels() const;
-  bool Simd() const;  // Kernels() is AVX-512 (and transposed keys may be used)
+  bool Simd() const;  // Kernels() is AVX-512 or AVX2 (and transposed keys may be used)
   RowKeys KeysOf(int position, int window) const;
   // KV head g's query heads over part `part` of the row's keys. `out`: group x head_dim;
   // max and sum: group floats each, or null when the row is one part (`out` normalised).

@@ -1,7 +1,8 @@
 // AVX2 decode attention (attention.h's per-row kernel) for CPUs without AVX-512. This file
 // alone is compiled with -mavx2 -mfma; Attention checks the CPU first. The same steps as the
-// AVX-512 kernel in 8-float vectors, without its transposed-keys form: every row reads the
-// keys as stored, so a row's result still depends only on its query and its keys.
+// AVX-512 kernel in 8-float vectors, its transposed-keys form for prompts included: the
+// scores are the same bits either way, so a row's result depends only on its query and
+// its keys.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -160,6 +161,76 @@ inline void WeightedValues(const float* p, size_t ld, int n, const KeyWalker& va
 // use), except that four go as two and two, and a last one or two alone.
 inline int HeadsPerPass(int remaining) { return remaining == 4 ? 2 : std::min(remaining, 3); }
 
+// Transposed keys (DecodeQuery::kt): ScoreKeys' scores bit for bit, eight keys per vector
+// and no horizontal sums. ScoreKeys computes, per (head, key), lane l's chain of fused
+// multiply-adds from zero over dimensions l, 8 + l, 16 + l, ..., then SumFour's tree
+// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)). Here lane l's chain runs for sixteen
+// keys (two vectors) of M heads at once over rows l, 8 + l, ... of the transposed keys:
+// each broadcast query element serves two vectors of keys and each key vector M heads (5
+// loads per 6 multiply-adds with three heads; one vector of keys at a time took 4 per 3,
+// and ran 1.35x slower here). The eight lanes' chains wait in `lanes` for the tree, whose
+// adds are vertical.
+inline __m256 LoadKeys(const float* p) {
+  __m256 k = _mm256_loadu_ps(p);
+  asm("" : "+x"(k));  // one load per key vector for all heads, not one folded into each
+  return k;
+}
+
+// C: the head dimension's 8-float chunks when known at compile time (64 and 128,
+// unrolled), or 0 to read it from hd. The scaled scores of M heads (q: M x hd) against n
+// keys from kt: head h's at out + h * ld_out. The last sixteen may run past n (within the
+// scores' row of whole 16-float vectors, and the transposed keys' spare columns): those
+// lanes are never read.
+template <int M, int C>
+inline void TransposedScores(const float* q, int hd, const float* kt, size_t kt_ld, int n, float scale, float* out,
+                             size_t ld_out) {
+  constexpr int kVectors = 2;
+  const int chunks = C > 0 ? C : hd / 8;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  __m256 lanes[8][M * kVectors];
+  for (int j = 0; j < n; j += 8 * kVectors) {
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      __m256 a[M][kVectors];
+#pragma GCC unroll 3
+      for (int h = 0; h < M; ++h) a[h][0] = a[h][1] = _mm256_setzero_ps();
+#pragma GCC unroll 16
+      for (int c = 0; c < chunks; ++c) {
+        const float* row = kt + static_cast<size_t>(8 * c + l) * kt_ld + j;
+        const __m256 k0 = LoadKeys(row), k1 = LoadKeys(row + 8);
+#pragma GCC unroll 3
+        for (int h = 0; h < M; ++h) {
+          const __m256 b = _mm256_set1_ps(q[h * hd + 8 * c + l]);
+          a[h][0] = _mm256_fmadd_ps(b, k0, a[h][0]);
+          a[h][1] = _mm256_fmadd_ps(b, k1, a[h][1]);
+        }
+      }
+#pragma GCC unroll 3
+      for (int h = 0; h < M; ++h) {
+        lanes[l][kVectors * h] = a[h][0];
+        lanes[l][kVectors * h + 1] = a[h][1];
+      }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < M * kVectors; ++i) {
+      const __m256 low = _mm256_add_ps(_mm256_add_ps(lanes[0][i], lanes[1][i]), _mm256_add_ps(lanes[2][i], lanes[3][i]));
+      const __m256 high = _mm256_add_ps(_mm256_add_ps(lanes[4][i], lanes[5][i]), _mm256_add_ps(lanes[6][i], lanes[7][i]));
+      _mm256_storeu_ps(out + (i / kVectors) * ld_out + j + 8 * (i % kVectors),
+                       _mm256_mul_ps(_mm256_add_ps(low, high), vscale));
+    }
+  }
+}
+
+template <int M>
+void TransposedScoresAnyDim(const float* q, int hd, const float* kt, size_t kt_ld, int n, float scale, float* out,
+                            size_t ld_out) {
+  switch (hd) {
+    case 64: TransposedScores<M, 8>(q, hd, kt, kt_ld, n, scale, out, ld_out); break;
+    case 128: TransposedScores<M, 16>(q, hd, kt, kt_ld, n, scale, out, ld_out); break;
+    default: TransposedScores<M, 0>(q, hd, kt, kt_ld, n, scale, out, ld_out); break;
+  }
+}
+
 }  // namespace
 
 void WeightedPartsAvx2(int parts, const float* weights, const float* outs, size_t part_stride, int head_dim,
@@ -177,6 +248,48 @@ void WeightedPartsAvx2(int parts, const float* weights, const float* outs, size_
   }
 }
 
+void TransposeKeysAvx2(const float* const* blocks, int block_tokens, size_t k_offset, int head_dim, int first_key,
+                       int n_keys, float* kt, size_t ld) {
+  DecodeQuery where{};
+  where.blocks = blocks;
+  where.block_tokens = block_tokens;
+  where.head_dim = head_dim;
+  where.first_key = first_key;
+  KeyWalker key(where, k_offset);
+  // Eight keys at a time: each 8 x 8 square of (key, dimension) transposed in registers.
+  int j = 0;
+  for (; j + 8 <= n_keys; j += 8) {
+    const float* k[8];
+    for (const float*& p : k) p = key.Next();
+    for (int d = 0; d < head_dim; d += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(k[i] + d);
+      // Pairs of keys interleaved, then fours, then the 128-bit halves swapped.
+      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* o = kt + static_cast<size_t>(d) * ld + j;
+      _mm256_storeu_ps(o, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(o + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(o + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(o + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(o + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(o + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(o + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(o + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+  }
+  for (; j < n_keys; ++j) {
+    const float* k = key.Next();
+    for (int d = 0; d < head_dim; ++d) kt[static_cast<size_t>(d) * ld + j] = k[d];
+  }
+}
+
 void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out) {
   const int hd = query.head_dim;
   const int n = query.n_keys;
@@ -185,6 +298,16 @@ void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out) {
 
   for (int h0 = 0, heads; h0 < query.group; h0 += heads) {
     heads = HeadsPerPass(query.group - h0);
+    if (query.kt != nullptr) {
+      const float* q = query.q + static_cast<size_t>(h0) * hd;
+      float* s = scores + h0 * ld;
+      switch (heads) {
+        case 1: TransposedScoresAnyDim<1>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+        case 2: TransposedScoresAnyDim<2>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+        default: TransposedScoresAnyDim<3>(q, hd, query.kt, query.kt_ld, n, query.scale, s, ld); break;
+      }
+      continue;
+    }
     switch (heads) {
       case 1: ScoreAllKeys<1, 4>(query, h0, ld, scores); break;
       case 2: ScoreAllKeys<2, 4>(query, h0, ld, scores); break;
@@ -205,8 +328,14 @@ void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out) {
       for (int t = j; t < n; ++t) max_score = s[t] > max_score ? s[t] : max_score;
       const __m256 max = _mm256_set1_ps(max_score);
       __m256 vsum = _mm256_setzero_ps();
-      for (j = 0; j < n; j += 8) {
+      for (j = 0; j + 8 <= n; j += 8) {
+        const __m256 e = ExpNonPositive8(_mm256_sub_ps(_mm256_loadu_ps(s + j), max));
+        _mm256_storeu_ps(s + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+      }
+      if (j < n) {
         // The tail's lanes past n: loaded as 0 and not stored, their e^x left out of the sum.
+        // (Masked moves only here: on Zen 3 a masked store costs several plain ones.)
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - j), lane);
         const __m256 e = ExpNonPositive8(_mm256_sub_ps(_mm256_maskload_ps(s + j, m), max));
         _mm256_maskstore_ps(s + j, m, e);

@@ -27,9 +27,10 @@ struct DecodeQuery {
   // each): one part of a row's keys, merged with its other parts by MergeAttentionParts.
   float* part_max = nullptr;
   float* part_sum = nullptr;
-  // When set (AVX-512 kernel only), the keys are read transposed from here instead: key j's
-  // dimension d at kt[d * kt_ld + j] (TransposeKeysAvx512). The scores are bit-identical
-  // either way, so which form a row was given never shows in its result.
+  // When set (AVX-512 and AVX2 kernels), the keys are read transposed from here instead:
+  // key j's dimension d at kt[d * kt_ld + j] (TransposeKeysAvx512 / TransposeKeysAvx2), with
+  // at least 16 readable columns past the last key. The scores are bit-identical either
+  // way, so which form a row was given never shows in its result.
   const float* kt = nullptr;
   size_t kt_ld = 0;
 };
@@ -41,8 +42,11 @@ void TransposeKeysAvx512(const float* const* blocks, int block_tokens, size_t k_
 // `scores`: group x round_up(n_keys, 16) floats of scratch.
 void AttendDecodeAvx512(const DecodeQuery& query, float* scores, float* out);
 void AttendDecodePortable(const DecodeQuery& query, float* scores, float* out);
-// The same with AVX2 and FMA (attention_avx2.cc; head_dim a multiple of 8; `kt` unused).
+// The same with AVX2 and FMA (attention_avx2.cc; head_dim a multiple of 8).
 void AttendDecodeAvx2(const DecodeQuery& query, float* scores, float* out);
+// TransposeKeysAvx512's result with AVX2 (8 x 8 squares transposed in registers).
+void TransposeKeysAvx2(const float* const* blocks, int block_tokens, size_t k_offset, int head_dim, int first_key,
+                       int n_keys, float* kt, size_t ld);
 // Which kernels a process attends with (Attention::Kernels decides, once per shape): the
 // per-row kernel and MergeAttentionParts' weighted sum of the parts (portable code or fused
 // multiply-adds: their bits differ, so a process uses one set).
