@@ -7,8 +7,9 @@
 // (with the native quantized matmuls, whose rows are independent too). This replaced
 // oneDNN matmuls for prompt chunks, whose summation order changed with the chunk's row
 // count; the per-row kernel was also faster at every prompt length measured
-// (docs/PERFORMANCE.md). A prompt's rows (a sequence with kRowsForTransposedKeys rows or more
-// in the pass) read their keys from a copy transposed once per pass: the scores come from
+// (docs/PERFORMANCE.md). With the AVX-512 and AVX2 kernels, a prompt's rows (a sequence
+// with kRowsForTransposedKeys rows or more in the pass) read their keys from a copy
+// transposed once per pass: the scores come from
 // broadcast multiply-adds and a vertical summation tree that reproduces the per-row
 // kernel's horizontal sums exactly, so which form a row used never shows in its bits.
 #ifndef HETERO_CPU_ATTENTION_H_
