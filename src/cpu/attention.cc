@@ -160,14 +160,14 @@ void Attention::AttendPart(const float* q, const SequenceKv& kv, const Transpose
   }
 }
 
-void Attention::RunRow(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window,
-                       float* out) const {
-  const int hd = s_.head_dim;
+void Attention::RunRowHead(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window,
+                           int g, float* out) const {
   const int group = s_.n_heads / s_.n_kv_heads;
+  const size_t head_floats = static_cast<size_t>(group) * s_.head_dim;
   const RowKeys keys = KeysOf(position, window);
-  const size_t head_floats = static_cast<size_t>(group) * hd;
+  float* head_out = out + g * head_floats;
   if (keys.parts == 1) {
-    for (int g = 0; g < s_.n_kv_heads; ++g) AttendPart(q, kv, kt, keys, g, 0, out + g * head_floats, nullptr, nullptr);
+    AttendPart(q, kv, kt, keys, g, 0, head_out, nullptr, nullptr);
     return;
   }
   thread_local std::vector<float> parts;
@@ -175,12 +175,10 @@ void Attention::RunRow(const float* q, int position, const SequenceKv& kv, const
   float* outs = parts.data();
   float* max = outs + keys.parts * head_floats;
   float* sum = max + keys.parts * group;
-  for (int g = 0; g < s_.n_kv_heads; ++g) {
-    for (int p = 0; p < keys.parts; ++p) {
-      AttendPart(q, kv, kt, keys, g, p, outs + p * head_floats, max + p * group, sum + p * group);
-    }
-    Merge(keys.parts, outs, max, sum, out + g * head_floats);
+  for (int p = 0; p < keys.parts; ++p) {
+    AttendPart(q, kv, kt, keys, g, p, outs + p * head_floats, max + p * group, sum + p * group);
   }
+  Merge(keys.parts, outs, max, sum, head_out);
 }
 
 void Attention::RunParts(const float* q, int rows, const int32_t* positions, const std::vector<const SequenceKv*>& kv,
@@ -268,13 +266,17 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
   }
   const size_t row_floats = static_cast<size_t>(s_.n_heads) * s_.head_dim;
   const std::vector<RowRun> runs = TransposeKeysOfRuns(rows, positions, kv, window);
-  // Later rows of a prompt attend to more keys: dynamic scheduling balances them.
-  ParallelFor(rows, ThreadPool::Schedule::kDynamic, [&](int r) {
+  // Items are (KV head, row), head-major: a thread's run of items reads one head's keys
+  // and values (a 512-token prompt of the default model: 260 KiB of them, transposed keys
+  // included, against 790 KiB for all three heads), which then stay in its L2 from row to
+  // row. Later rows of a prompt attend to more keys: dynamic scheduling balances them.
+  ParallelFor(rows * s_.n_kv_heads, ThreadPool::Schedule::kDynamic, [&](int i) {
+    const int g = i / rows, r = i % rows;
     const TransposedKeys* kt = nullptr;
     for (const RowRun& run : runs) {
       if (r >= run.begin && r < run.end) kt = &run.keys;
     }
-    RunRow(q + r * row_floats, positions[r], *kv[r], kt, window, out + r * row_floats);
+    RunRowHead(q + r * row_floats, positions[r], *kv[r], kt, window, g, out + r * row_floats);
   });
 }
 

@@ -110,8 +110,10 @@ class Attention {
   // `kt`: the row's sequence's transposed keys, or null.
   void AttendPart(const float* q, const SequenceKv& kv, const TransposedKeys* kt, const RowKeys& keys, int g,
                   int part, float* out, float* max, float* sum) const;
-  void RunRow(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window,
-              float* out) const;
+  // KV head g's query heads of one row over all its keys (its parts merged): the head's
+  // share of the row's output `out` (n_heads x head_dim).
+  void RunRowHead(const float* q, int position, const SequenceKv& kv, const TransposedKeys* kt, int window, int g,
+                  float* out) const;
   void Merge(int parts, const float* outs, const float* max, const float* sum, float* out) const;
   // Fewer rows than the threads can share: each (row, KV head, part) is an item, or deep in
   // a context each (row, part) with every KV head (kPartsPerThreadForWholeParts).
