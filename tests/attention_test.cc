@@ -1,4 +1,4 @@
-// Decode attention kernels (AVX-512 and portable) against a float64 softmax-attention
+// Decode attention kernels (AVX-512, AVX2 and portable) against a float64 softmax-attention
 // reference, on random queries, keys and values in paged blocks: key counts that are not
 // multiples of 16 or of the block size, one and several query heads per KV head, head
 // dimensions 64 and 128, and windows that start inside a block (sliding-window layers).
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -93,6 +94,65 @@ TEST_P(AttentionDecodeTest, MatchesFloat64Reference) {
     check(simd, "avx512");
   } else {
     GTEST_SKIP() << "no AVX-512 on this CPU: the portable kernel and, where the CPU has it, AVX2 were checked";
+  }
+}
+
+// The SIMD kernels' transposed-keys form (a prompt's scores) against the same kernel on
+// the keys as stored: the transposer copies every key exactly, and the outputs are the same
+// bits. The transposed keys' spare columns and the score rows' padding hold NaN, so a lane
+// past the last key that reached a sum or the softmax would show.
+TEST_P(AttentionDecodeTest, TransposedKeysGiveTheSameBits) {
+  const Case c = GetParam();
+  std::mt19937 rng(c.n_keys * 13 + c.group * 3 + c.head_dim);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int n_blocks = (c.first_key + c.n_keys + c.block_tokens - 1) / c.block_tokens;
+  const size_t head_floats = static_cast<size_t>(c.block_tokens) * c.head_dim;
+  std::vector<std::vector<float>> storage(n_blocks, std::vector<float>(2 * head_floats));
+  std::vector<const float*> blocks;
+  for (auto& b : storage) {
+    for (float& v : b) v = dist(rng) * 2.0f;
+    blocks.push_back(b.data());
+  }
+  std::vector<float> q(static_cast<size_t>(c.group) * c.head_dim);
+  for (float& v : q) v = dist(rng);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const size_t ld = static_cast<size_t>(c.n_keys + 15) / 16 * 16 + 16;
+  internal::DecodeQuery query{q.data(),     c.group,       c.head_dim,     c.n_keys, c.first_key,
+                              blocks.data(), c.block_tokens, /*k_offset=*/0, head_floats,
+                              1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  using Transposer = void (*)(const float* const*, int, size_t, int, int, int, float*, size_t);
+  using Kernel = void (*)(const internal::DecodeQuery&, float*, float*);
+  struct Simd {
+    Transposer transpose;
+    Kernel attend;
+    const char* name;
+  };
+  std::vector<Simd> kernels;
+  if (DetectCpu().avx2 && DetectCpu().fma && c.head_dim % 8 == 0) {
+    kernels.push_back({internal::TransposeKeysAvx2, internal::AttendDecodeAvx2, "avx2"});
+  }
+  if (DetectCpu().avx512f && c.head_dim % 16 == 0) {
+    kernels.push_back({internal::TransposeKeysAvx512, internal::AttendDecodeAvx512, "avx512"});
+  }
+  if (kernels.empty()) GTEST_SKIP() << "neither AVX2 nor AVX-512 kernels on this CPU for this head_dim";
+  for (const Simd& k : kernels) {
+    SCOPED_TRACE(k.name);
+    std::vector<float> kt(static_cast<size_t>(c.head_dim) * ld, nan);
+    k.transpose(blocks.data(), c.block_tokens, 0, c.head_dim, c.first_key, c.n_keys, kt.data(), ld);
+    for (int j = 0; j < c.n_keys; ++j) {
+      const int i = c.first_key + j;
+      const float* key = blocks[i / c.block_tokens] + static_cast<size_t>(i % c.block_tokens) * c.head_dim;
+      for (int d = 0; d < c.head_dim; ++d) ASSERT_EQ(kt[d * ld + j], key[d]) << "key " << j << ", dimension " << d;
+    }
+    std::vector<float> scores(static_cast<size_t>(c.group) * ((c.n_keys + 15) / 16 * 16), nan);
+    std::vector<float> stored(q.size()), transposed(q.size());
+    k.attend(query, scores.data(), stored.data());
+    std::fill(scores.begin(), scores.end(), nan);
+    internal::DecodeQuery from_kt = query;
+    from_kt.kt = kt.data();
+    from_kt.kt_ld = ld;
+    k.attend(from_kt, scores.data(), transposed.data());
+    for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(transposed[i], stored[i]) << "output " << i;
   }
 }
 
@@ -368,7 +428,8 @@ INSTANTIATE_TEST_SUITE_P(
                       PromptCase{2, 4, 48, 7, 30, 70, 50},    // window inside 7-token blocks
                       PromptCase{1, 5, 80, 16, 100, 33, 150}, // 4 + 1 heads, window past a part
                       PromptCase{4, 2, 64, 32, 0, 8, 0},      // a short prompt from the start
-                      PromptCase{2, 3, 64, 16, 200, 41, 150}));  // windows from key 51 on, 3 parts each
+                      PromptCase{2, 3, 64, 16, 200, 41, 150},  // windows from key 51 on, 3 parts each
+                      PromptCase{1, 3, 64, 16, 240, 40, 0}));  // keys to 279: transposed in two 256-key items
 
 // Several sequences in one pass, each's rows consecutive (as a batch's prompt chunks are):
 // two with enough rows to transpose (the second's keys stored after the first's), one with

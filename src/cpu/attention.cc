@@ -268,7 +268,7 @@ void Attention::Run(const float* q, int rows, const int32_t* positions, const st
   const std::vector<RowRun> runs = TransposeKeysOfRuns(rows, positions, kv, window);
   // Items are (KV head, row), head-major: a thread's run of items reads one head's keys
   // and values (a 512-token prompt of the default model: 260 KiB of them, transposed keys
-  // included, against 790 KiB for all three heads), which then stay in its L2 from row to
+  // included, against 780 KiB for all three heads), which then stay in its L2 from row to
   // row. Later rows of a prompt attend to more keys: dynamic scheduling balances them.
   ParallelFor(rows * s_.n_kv_heads, ThreadPool::Schedule::kDynamic, [&](int i) {
     const int g = i / rows, r = i % rows;

@@ -1,7 +1,7 @@
 // Causal grouped-query attention over the paged KV cache, in f32: every row (prompt rows
-// and decode steps alike) by the same per-row kernel (attention_kernels.h), the rows (or,
-// for a decode step, its KV heads and parts of its keys) spread over the current thread
-// pool (thread_pool.h). A row's result depends only on its query
+// and decode steps alike) by the same per-row kernel (attention_kernels.h), a prompt's
+// (KV head, row) items, head by head (or, for a decode step, its KV heads and parts of its
+// keys) spread over the current thread pool (thread_pool.h). A row's result depends only on its query
 // and its sequence's keys, never on which other rows share the pass, so a prompt encoded
 // in one pass, in chunks, or after attaching shared KV blocks gives bit-identical outputs
 // (with the native quantized matmuls, whose rows are independent too). This replaced

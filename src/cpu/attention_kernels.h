@@ -1,6 +1,7 @@
 // Decode attention kernels: AVX-512 (attention_avx512.cc, built with AVX-512 flags, so this
 // header stays free of library headers whose inline code that file would otherwise emit
-// with AVX-512 instructions) and portable (attention.cc).
+// with AVX-512 instructions), AVX2 (attention_avx2.cc, likewise) and portable
+// (attention.cc).
 #ifndef HETERO_CPU_ATTENTION_KERNELS_H_
 #define HETERO_CPU_ATTENTION_KERNELS_H_
 
