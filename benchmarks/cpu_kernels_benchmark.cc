@@ -135,6 +135,7 @@ void BM_QuantGemv(benchmark::State& state) {
   const ScopedThreadPool use_pool(&pool);
   const auto type = static_cast<TensorType>(state.range(0));
   const int n = static_cast<int>(state.range(1)), k = static_cast<int>(state.range(2));
+  const bool two_passes = state.range(4) == 2;  // a generated token's input and its remainder
   // Copies of at least 192 MiB in all, so the weights do not sit in cache between
   // iterations (as in decode, where each matrix is read once per token), whatever the
   // format's size: a 32 MiB L3 keeps part of two 28 MiB copies.
@@ -148,7 +149,11 @@ void BM_QuantGemv(benchmark::State& state) {
   QuantizedActivations a;
   int c = 0;
   for (auto _ : state) {
-    a.Quantize(x.data(), 1, k, k);
+    if (two_passes) {
+      a.QuantizeWithRemainder(x.data(), 1, k, k);
+    } else {
+      a.Quantize(x.data(), 1, k, k);
+    }
     QuantMatmul(weights[c], a, y.data(), n);
     c = (c + 1) % copies;
     benchmark::DoNotOptimize(y.data());
@@ -159,17 +164,21 @@ void BM_QuantGemv(benchmark::State& state) {
   state.SetLabel(TensorTypeName(type));
 }
 BENCHMARK(BM_QuantGemv)
-    ->ArgNames({"type", "n", "k", "threads"})
-    ->Args({3, 1536, 576, 1})->Args({3, 1536, 576, 2})   // Q4_1 ffn_gate / ffn_up
-    ->Args({3, 576, 1536, 1})->Args({3, 576, 1536, 2})   // Q4_1 ffn_down
-    ->Args({8, 49152, 576, 1})->Args({8, 49152, 576, 2})  // Q8_0 output (tied embedding)
+    ->ArgNames({"type", "n", "k", "threads", "passes"})
+    ->Args({3, 1536, 576, 1, 1})->Args({3, 1536, 576, 2, 1})   // Q4_1 ffn_gate / ffn_up
+    ->Args({3, 576, 1536, 1, 1})->Args({3, 576, 1536, 2, 1})   // Q4_1 ffn_down
+    ->Args({8, 49152, 576, 1, 1})->Args({8, 49152, 576, 2, 1})  // Q8_0 output (tied embedding)
     // The block formats of a Q4_K_M / Q5_K_M file of the default model's shape.
-    ->Args({6, 1536, 576, 2})->Args({7, 1536, 576, 2})    // Q5_0, Q5_1 ffn_gate / ffn_up
-    ->Args({12, 576, 1536, 2})->Args({13, 576, 1536, 2})  // Q4_K, Q5_K ffn_down
-    ->Args({14, 576, 1536, 2})                            // Q6_K ffn_down
+    ->Args({6, 1536, 576, 2, 1})->Args({7, 1536, 576, 2, 1})    // Q5_0, Q5_1 ffn_gate / ffn_up
+    ->Args({12, 576, 1536, 2, 1})->Args({13, 576, 1536, 2, 1})  // Q4_K, Q5_K ffn_down
+    ->Args({14, 576, 1536, 2, 1})                               // Q6_K ffn_down
     // A tied output matrix that Q4_K_M files store in Q6_K (granite-3.0-1b-a400m's), and
     // the same shape in Q4_K: the two formats' rates from memory, side by side.
-    ->Args({14, 49152, 1024, 2})->Args({12, 49152, 1024, 2})
+    ->Args({14, 49152, 1024, 2, 1})->Args({12, 49152, 1024, 2, 1})
+    // The same products as a generated token runs them with AVX-512 VNNI (its input and the
+    // input's remainder, two int8 passes over each weight read): what the second pass costs
+    // when the weights come from memory.
+    ->Args({8, 49152, 576, 2, 2})->Args({14, 49152, 1024, 2, 2})->Args({12, 49152, 1024, 2, 2})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // A mixture of experts' decode step at granite-3.0-1b-a400m's shape (hidden 1024, experts

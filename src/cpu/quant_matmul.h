@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "src/cpu/weight_arena.h"
 #include "src/runtime/tensor_type.h"
 
 namespace hetero {
@@ -65,18 +66,22 @@ struct alignas(64) CacheLine {
   uint8_t bytes[64];
 };
 
-// A vector allocator that leaves new elements uninitialised: packing zeroes each row
+// The packed copies' allocator: memory from the weight arena (huge pages where the system
+// gives them, weight_arena.h), and new elements left uninitialised: packing zeroes each row
 // group's bytes just before filling them, so a large packed copy's pages become resident as
 // packing reaches them (while the source's go), not all at once.
 template <typename T>
-struct UninitializedAllocator : std::allocator<T> {
+struct PackedWeightAllocator : std::allocator<T> {
+  using value_type = T;
   template <typename U>
   struct rebind {
-    using other = UninitializedAllocator<U>;
+    using other = PackedWeightAllocator<U>;
   };
-  UninitializedAllocator() = default;
+  PackedWeightAllocator() = default;
   template <typename U>
-  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  PackedWeightAllocator(const PackedWeightAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(internal::AllocateWeights(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { internal::FreeWeights(p, n * sizeof(T)); }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -109,7 +114,7 @@ struct QuantizedWeights {
   // interleaved tile, then per run the higher code bits (one 64-bit mask per tile vector
   // for the fifth bit; Q6_K's two as pairs, PackedUnitLayout), then the format's
   // scales regrouped by row (PackedUnitLayout).
-  std::vector<CacheLine, UninitializedAllocator<CacheLine>> packed;
+  std::vector<CacheLine, PackedWeightAllocator<CacheLine>> packed;
   int packed_rows = 0;
   // The packed copy as bytes (tiles span several cache lines).
   const uint8_t* packed_bytes() const { return reinterpret_cast<const uint8_t*>(packed.data()); }
