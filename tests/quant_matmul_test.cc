@@ -43,6 +43,70 @@ struct Shape {
 
 class QuantMatmulTest : public ::testing::TestWithParam<Shape> {};
 
+// An empty QuantizedActivations with `a`'s shape, for the portable quantizer to fill.
+QuantizedActivations SizedLike(const QuantizedActivations& a) {
+  QuantizedActivations out;
+  out.q.resize(a.q.size());
+  out.q_biased.resize(a.q.size());
+  out.d.resize(a.d.size());
+  out.d_sum.resize(a.d.size());
+  out.q4_0_offsets.resize(a.d.size());
+  out.q8_0_offsets.resize(a.d.size());
+  out.half_sums.resize(a.half_sums.size());
+  out.q6_k_half_offsets.resize(a.half_sums.size());
+  out.rows = a.rows;
+  out.cols = a.cols;
+  return out;
+}
+
+void ExpectSameQuantization(const QuantizedActivations& a, const QuantizedActivations& expected) {
+  EXPECT_EQ(a.q, expected.q);
+  EXPECT_EQ(a.q_biased, expected.q_biased);
+  EXPECT_EQ(a.d, expected.d);
+  EXPECT_EQ(a.d_sum, expected.d_sum);
+  EXPECT_EQ(a.half_sums, expected.half_sums);
+  EXPECT_EQ(a.q4_0_offsets, expected.q4_0_offsets);
+  EXPECT_EQ(a.q8_0_offsets, expected.q8_0_offsets);
+  EXPECT_EQ(a.q6_k_half_offsets, expected.q6_k_half_offsets);
+  if (!a.d_lanes.empty()) {  // the AVX-512 kernels' copy of d, eight lanes per block
+    ASSERT_EQ(a.d_lanes.size(), 8 * a.d.size());
+    for (size_t i = 0; i < a.d_lanes.size(); ++i) ASSERT_EQ(a.d_lanes[i], a.d[i / 8]) << "lane " << i;
+  }
+}
+
+// Decode's two passes quantize each row and then its remainder x - d q (the product rounded,
+// then the difference): whichever quantizer runs (the AVX-512 one fuses both rows into one
+// pass), the same bits as the portable quantizer on x and on that remainder.
+TEST(QuantizeWithRemainderTest, SameBitsAsThePortableQuantizerOnBothRows) {
+  std::mt19937 rng(23);
+  for (const auto& [rows, cols] : {std::pair{1, 32}, std::pair{1, 576}, std::pair{3, 1056}, std::pair{2, 96}}) {
+    std::vector<float> x(static_cast<size_t>(rows) * cols);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::uniform_real_distribution<float> scale(-6.0f, 4.0f);
+    for (size_t i = 0; i < x.size(); i += 32) {  // each block its own magnitude
+      const float magnitude = std::exp2(scale(rng));
+      for (size_t j = i; j < i + 32; ++j) x[j] = magnitude * dist(rng);
+    }
+    QuantizedActivations a;
+    a.QuantizeWithRemainder(x.data(), rows, cols, cols);
+    ASSERT_EQ(a.rows, 2 * rows);
+    QuantizedActivations expected = SizedLike(a);
+    for (int m = 0; m < rows; ++m) {
+      const float* row = x.data() + static_cast<size_t>(m) * cols;
+      internal::QuantizeRowsPortable(row, 1, cols, cols, expected, 2 * m);
+      std::vector<float> rest(cols);
+      for (int i = 0; i < cols; ++i) {
+        const float product = expected.d[(2 * static_cast<size_t>(m) * cols + i) / 32] *
+                              static_cast<float>(expected.q[2 * static_cast<size_t>(m) * cols + i]);
+        rest[i] = row[i] - product;
+      }
+      internal::QuantizeRowsPortable(rest.data(), 1, cols, cols, expected, 2 * m + 1);
+    }
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+    ExpectSameQuantization(a, expected);
+  }
+}
+
 TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
   const Shape s = GetParam();
   std::mt19937 rng(s.n * 131 + s.k * 7 + s.m);
@@ -57,26 +121,9 @@ TEST_P(QuantMatmulTest, MatchesFloat64Reference) {
 
   QuantizedActivations a;
   a.Quantize(x.data(), s.m, s.k, s.k);
-  QuantizedActivations portable;
-  portable.q.resize(a.q.size());
-  portable.q_biased.resize(a.q.size());
-  portable.d.resize(a.d.size());
-  portable.d_sum.resize(a.d.size());
-  portable.q4_0_offsets.resize(a.d.size());
-  portable.q8_0_offsets.resize(a.d.size());
-  portable.half_sums.resize(a.half_sums.size());
-  portable.q6_k_half_offsets.resize(a.half_sums.size());
-  portable.rows = s.m;
-  portable.cols = s.k;
+  QuantizedActivations portable = SizedLike(a);
   internal::QuantizeRowsPortable(x.data(), s.m, s.k, s.k, portable);
-  EXPECT_EQ(a.q, portable.q);  // the SIMD quantizer rounds exactly like the portable one
-  EXPECT_EQ(a.q_biased, portable.q_biased);
-  EXPECT_EQ(a.d, portable.d);
-  EXPECT_EQ(a.d_sum, portable.d_sum);
-  EXPECT_EQ(a.half_sums, portable.half_sums);
-  EXPECT_EQ(a.q4_0_offsets, portable.q4_0_offsets);
-  EXPECT_EQ(a.q8_0_offsets, portable.q8_0_offsets);
-  EXPECT_EQ(a.q6_k_half_offsets, portable.q6_k_half_offsets);
+  ExpectSameQuantization(a, portable);  // the SIMD quantizer rounds exactly like the portable one
 
   std::vector<float> y(static_cast<size_t>(s.m) * s.n);
   QuantMatmul(w, a, y.data(), s.n);

@@ -313,9 +313,7 @@ void QuantizedActivations::Resize(int n_rows, int n_cols) {
 
 void QuantizedActivations::QuantizeRow(const float* x, int m) {
   if (HaveAvx512Vnni()) {
-    internal::QuantizeRowsAvx512(x, 1, cols, cols, *this, m);
-    const int nb = cols / kBlock;
-    for (int b = m * nb; b < (m + 1) * nb; ++b) std::fill_n(d_lanes.data() + static_cast<size_t>(b) * 8, 8, d[b]);
+    internal::QuantizeRowsAvx512(x, 1, cols, cols, *this, m);  // d_lanes too
   } else if (HaveAvx2()) {
     internal::QuantizeRowsAvx2(x, 1, cols, cols, *this, m);
   } else {
@@ -338,6 +336,10 @@ void QuantizedActivations::QuantizeWithRemainder(const float* x, int n_rows, int
   // One step per input row (decode's single row runs inline, no hand-off to the threads).
   ParallelFor(n_rows, ThreadPool::Schedule::kStatic, [&](int m) {
     const float* src = x + static_cast<size_t>(m) * ld;
+    if (HaveAvx512Vnni()) {
+      internal::QuantizeRowWithRemainderAvx512(src, *this, m);
+      return;
+    }
     QuantizeRow(src, 2 * m);
     const int8_t* qm = q.data() + 2 * static_cast<size_t>(m) * width;
     const float* dm = d.data() + 2 * static_cast<size_t>(m) * (width / kBlock);
@@ -506,11 +508,17 @@ std::pair<int, int> ItemOutputs(const QuantizedWeights& w, int i) {
   return {j, j + 1};
 }
 
-// RunWorkItem, then, where `a` holds remainders, the sum of each row's two products, from
-// `pairs` (a.rows x w.n, this product's own) into y.
+// Whether work item i's kernel adds a remainder pair's products itself (StoreTileRows): the
+// AVX-512 group kernels do; the others write both rows.
+bool KernelSumsPairs(const QuantizedWeights& w, int i) {
+  return HaveAvx512Vnni() && !w.packed.empty() && i < w.packed_rows / QuantizedWeights::kGroupRows;
+}
+
+// RunWorkItem, then, where `a` holds remainders and the kernel leaves both rows, the sum of
+// each row's two products, from `pairs` (a.rows x w.n, this product's own) into y.
 void RunWorkItemAndSum(const QuantizedWeights& w, const QuantizedActivations& a, int i, float* y, int ldy,
                        float* pairs) {
-  if (!a.with_remainder) {
+  if (!a.with_remainder || KernelSumsPairs(w, i)) {
     RunWorkItem(w, a, i, y, ldy);
     return;
   }

@@ -216,6 +216,7 @@ struct PackedUnitLayout {
 // The layout for `type`, or runs == 0 where the AVX-512 kernels do not pack it.
 PackedUnitLayout GetPackedUnitLayout(TensorType type);
 // Outputs [16 g, 16 g + 16) for every activation row, from the packed units of a block format.
+// Where a.with_remainder, for every output row (each pair's sum; StoreTileRows).
 void QuantBlockGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
 // The same with AVX2 (and FMA, F16C), for the formats QuantBlockGroupAvx2Supports accepts.
 bool QuantBlockGroupAvx2Supports(TensorType type);
@@ -227,10 +228,15 @@ void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedA
 float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
 // AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
 void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);
+// Row m of an input (x: a.cols floats) as rows 2 m and 2 m + 1 of `a`, its int8 blocks and
+// those of its remainder, in one pass; the same bits as QuantizeRowsAvx512 of x and of the
+// remainder x - d q (product rounded, then the difference). a must be sized.
+void QuantizeRowWithRemainderAvx512(const float* x, QuantizedActivations& a, int m);
 // y[m * ldy + row] for every activation row m: weight row `row` (not in a packed group)
 // against all of them.
 void QuantRowsAvx512(const QuantizedWeights& w, int row, const QuantizedActivations& a, float* y, int ldy);
-// Outputs [16 g, 16 g + 16) for every activation row m, from the packed tiles.
+// Outputs [16 g, 16 g + 16) for every activation row m, from the packed tiles; where
+// a.with_remainder, for every output row (each pair's sum; StoreTileRows).
 void QuantGroupAvx512(const QuantizedWeights& w, int group, const QuantizedActivations& a, float* y, int ldy);
 // Outputs [16 g, 16 g + 16) for every activation row from the packed tiles, with AVX2, FMA
 // and F16C (no AVX-512 VNNI).

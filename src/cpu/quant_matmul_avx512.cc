@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/tile_store_avx512.h"
 #include "src/cpu/weight_prefetch.h"
 
 namespace hetero::internal {
@@ -48,37 +49,67 @@ inline __m512 TwoScales(float s0, float s1) {
 
 }  // namespace
 
+namespace {
+
+// One block of 32 values (v0, v1) of row m into `a`'s int8 blocks and every term the
+// kernels read (d_lanes included), rounding as QuantizeRowsPortable does; returns d, and
+// the rounded values in i0, i1.
+inline float QuantizeBlock(__m512 v0, __m512 v1, QuantizedActivations& a, int m, int b, __m512i& i0, __m512i& i1) {
+  const int cols = a.cols, nb = cols / kBlock;
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float d = amax / 127.0f;
+  const __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+  i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));  // round to nearest even
+  i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
+  const size_t base = static_cast<size_t>(m) * cols + b * kBlock;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q.data() + base), _mm512_cvtepi32_epi8(i0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q.data() + base + 16), _mm512_cvtepi32_epi8(i1));
+  const __m512i bias = _mm512_set1_epi32(128);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q_biased.data() + base),
+                   _mm512_cvtepi32_epi8(_mm512_add_epi32(i0, bias)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q_biased.data() + base + 16),
+                   _mm512_cvtepi32_epi8(_mm512_add_epi32(i1, bias)));
+  const int first_half = _mm512_reduce_add_epi32(i0);
+  const int sum = first_half + _mm512_reduce_add_epi32(i1);
+  a.half_sums[base / 16] = first_half;
+  a.half_sums[base / 16 + 1] = sum - first_half;
+  a.q6_k_half_offsets[base / 16] = -32 * first_half;
+  a.q6_k_half_offsets[base / 16 + 1] = -32 * (sum - first_half);
+  const size_t block = static_cast<size_t>(m) * nb + b;
+  a.d[block] = d;
+  a.d_sum[block] = d * static_cast<float>(sum);
+  a.q4_0_offsets[block] = -8 * sum;
+  a.q8_0_offsets[block] = -128 * sum;
+  _mm256_storeu_ps(a.d_lanes.data() + block * 8, _mm256_set1_ps(d));
+  return d;
+}
+
+}  // namespace
+
 void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row) {
   const int nb = cols / kBlock;
+  __m512i i0, i1;
   for (int m = first_row; m < first_row + rows; ++m) {
     for (int b = 0; b < nb; ++b) {
       const float* src = x + static_cast<size_t>(m - first_row) * ld + b * kBlock;
-      const __m512 v0 = _mm512_loadu_ps(src);
-      const __m512 v1 = _mm512_loadu_ps(src + 16);
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-      const float d = amax / 127.0f;
-      const __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, id));  // round to nearest even
-      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, id));
-      const size_t base = static_cast<size_t>(m) * cols + b * kBlock;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q.data() + base), _mm512_cvtepi32_epi8(i0));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q.data() + base + 16), _mm512_cvtepi32_epi8(i1));
-      const __m512i bias = _mm512_set1_epi32(128);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q_biased.data() + base),
-                       _mm512_cvtepi32_epi8(_mm512_add_epi32(i0, bias)));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(a.q_biased.data() + base + 16),
-                       _mm512_cvtepi32_epi8(_mm512_add_epi32(i1, bias)));
-      const int first_half = _mm512_reduce_add_epi32(i0);
-      const int sum = first_half + _mm512_reduce_add_epi32(i1);
-      a.half_sums[base / 16] = first_half;
-      a.half_sums[base / 16 + 1] = sum - first_half;
-      a.q6_k_half_offsets[base / 16] = -32 * first_half;
-      a.q6_k_half_offsets[base / 16 + 1] = -32 * (sum - first_half);
-      a.d[static_cast<size_t>(m) * nb + b] = d;
-      a.d_sum[static_cast<size_t>(m) * nb + b] = d * static_cast<float>(sum);
-      a.q4_0_offsets[static_cast<size_t>(m) * nb + b] = -8 * sum;
-      a.q8_0_offsets[static_cast<size_t>(m) * nb + b] = -128 * sum;
+      QuantizeBlock(_mm512_loadu_ps(src), _mm512_loadu_ps(src + 16), a, m, b, i0, i1);
     }
+  }
+}
+
+void QuantizeRowWithRemainderAvx512(const float* x, QuantizedActivations& a, int m) {
+  const int nb = a.cols / kBlock;
+  __m512i i0, i1, unused0, unused1;
+  for (int b = 0; b < nb; ++b) {
+    const __m512 v0 = _mm512_loadu_ps(x + b * kBlock);
+    const __m512 v1 = _mm512_loadu_ps(x + b * kBlock + 16);
+    const __m512 d = _mm512_set1_ps(QuantizeBlock(v0, v1, a, 2 * m, b, i0, i1));
+    // x - d q with the product rounded before the subtraction, as the portable remainder is
+    // (the _round_ forms are never fused into a multiply-add).
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 r0 = _mm512_sub_round_ps(v0, _mm512_mul_round_ps(d, _mm512_cvtepi32_ps(i0), kNearest), kNearest);
+    const __m512 r1 = _mm512_sub_round_ps(v1, _mm512_mul_round_ps(d, _mm512_cvtepi32_ps(i1), kNearest), kNearest);
+    QuantizeBlock(r0, r1, a, 2 * m + 1, b, unused0, unused1);
   }
 }
 
@@ -267,10 +298,7 @@ void GroupTile(const QuantizedWeights& w, int group, const QuantizedActivations&
       if constexpr (!integer_offset) acc[r] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d_sum[r][b]), acc[r]);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * QuantizedWeights::kGroupRows, acc[r]);
-  }
+  StoreTileRows<R>(acc, a, m0, y, ldy, group * QuantizedWeights::kGroupRows);
 }
 
 template <TensorType T>

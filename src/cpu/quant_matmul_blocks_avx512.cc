@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "src/cpu/quant_matmul.h"
+#include "src/cpu/tile_store_avx512.h"
 #include "src/cpu/weight_prefetch.h"
 #include "src/runtime/dequantize.h"
 
@@ -196,8 +197,7 @@ void BlockGroupTile(const QuantizedWeights& w, int group, const QuantizedActivat
       }
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + static_cast<size_t>(m0 + r) * ldy + group * kRows, acc[r]);
+  StoreTileRows<R>(acc, a, m0, y, ldy, group * kRows);
 }
 
 template <TensorType T>
