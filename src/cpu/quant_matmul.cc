@@ -332,7 +332,7 @@ void QuantizedActivations::QuantizeWithRemainder(const float* x, int n_rows, int
   with_remainder = true;
   Resize(2 * n_rows, n_cols);
   const size_t width = static_cast<size_t>(n_cols);
-  remainder_input.resize(static_cast<size_t>(n_rows) * width);
+  if (!HaveAvx512Vnni()) remainder_input.resize(static_cast<size_t>(n_rows) * width);
   // One step per input row (decode's single row runs inline, no hand-off to the threads).
   ParallelFor(n_rows, ThreadPool::Schedule::kStatic, [&](int m) {
     const float* src = x + static_cast<size_t>(m) * ld;
@@ -508,8 +508,10 @@ std::pair<int, int> ItemOutputs(const QuantizedWeights& w, int i) {
   return {j, j + 1};
 }
 
-// Whether work item i's kernel adds a remainder pair's products itself (StoreTileRows): the
-// AVX-512 group kernels do; the others write both rows.
+// Whether work item i's kernel adds a remainder pair's products itself (StoreTileRows):
+// RunWorkItem's packed groups with AVX-512 VNNI go to QuantGroupAvx512 or
+// QuantBlockGroupAvx512, which do; the others write both rows. A kernel added to that branch
+// must store through StoreTileRows too.
 bool KernelSumsPairs(const QuantizedWeights& w, int i) {
   return HaveAvx512Vnni() && !w.packed.empty() && i < w.packed_rows / QuantizedWeights::kGroupRows;
 }

@@ -47,7 +47,9 @@ struct QuantizedActivations {
   // tokens far from a near-tie; the second brings that to ~1e-4 for the price of twice the
   // integer work on the same weight reads (docs/PERFORMANCE.md, "Decode's second int8 pass").
   bool with_remainder = false;
-  std::vector<float> remainder_input;  // QuantizeWithRemainder's remainders, one row each
+  // QuantizeWithRemainder's remainders, one row each, where they are computed apart (the
+  // AVX-512 quantizer makes both rows in one pass and leaves this empty).
+  std::vector<float> remainder_input;
 
   // Quantizes `rows` rows of `cols` floats (row stride `ld`). Reuses capacity.
   void Quantize(const float* x, int rows, int cols, int ld);
@@ -71,12 +73,8 @@ struct alignas(64) CacheLine {
 // group's bytes just before filling them, so a large packed copy's pages become resident as
 // packing reaches them (while the source's go), not all at once.
 template <typename T>
-struct PackedWeightAllocator : std::allocator<T> {
+struct PackedWeightAllocator {
   using value_type = T;
-  template <typename U>
-  struct rebind {
-    using other = PackedWeightAllocator<U>;
-  };
   PackedWeightAllocator() = default;
   template <typename U>
   PackedWeightAllocator(const PackedWeightAllocator<U>&) noexcept {}
@@ -89,6 +87,10 @@ struct PackedWeightAllocator : std::allocator<T> {
   template <typename U, typename... Args>
   void construct(U* p, Args&&... args) {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <typename U>
+  bool operator==(const PackedWeightAllocator<U>&) const noexcept {
+    return true;  // stateless: any instance frees what another allocated
   }
 };
 
@@ -227,6 +229,7 @@ void QuantBlockGroupAvx2(const QuantizedWeights& w, int group, const QuantizedAc
 void QuantizeRowsPortable(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);
 float QuantDotPortable(const QuantizedWeights& w, int row, const QuantizedActivations& a, int m);
 // AVX-512 versions (only call when the CPU supports avx512f/bw/vl/vnni).
+// Also writes d_lanes: `a` must be sized (QuantizedActivations::Resize), d_lanes included.
 void QuantizeRowsAvx512(const float* x, int rows, int cols, int ld, QuantizedActivations& a, int first_row = 0);
 // Row m of an input (x: a.cols floats) as rows 2 m and 2 m + 1 of `a`, its int8 blocks and
 // those of its remainder, in one pass; the same bits as QuantizeRowsAvx512 of x and of the

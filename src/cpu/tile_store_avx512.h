@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <cassert>
 #include <cstddef>
 
 #include "src/cpu/quant_matmul.h"
@@ -19,7 +20,9 @@ namespace hetero::internal {
 template <int R>
 inline void StoreTileRows(const __m512 (&acc)[R], const QuantizedActivations& a, int m0, float* y, int ldy,
                           int column) {
-  if constexpr (R % 2 == 0) {
+  if constexpr (R % 2 != 0) {
+    assert(!a.with_remainder && "remainder pairs come in even tiles");
+  } else {
     if (a.with_remainder) {
 #pragma GCC unroll 4
       for (int r = 0; r < R; r += 2) {

@@ -3,6 +3,9 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -44,7 +47,10 @@ class Arena {
     if (bytes > kRegionBytes / 4) {
       region = NewRegion(bytes);  // its own region; the shared one stays open
     } else if (region == nullptr || region->used + bytes > region->bytes) {
-      region = current_ = NewRegion(kRegionBytes);
+      // Where a full region cannot be had (a tight RLIMIT_AS), one of this copy's size.
+      region = NewRegion(kRegionBytes);
+      if (region == nullptr) region = NewRegion(bytes);
+      current_ = region;
     }
     if (region == nullptr) throw std::bad_alloc();
     const uintptr_t p = region->begin + region->used;
@@ -53,14 +59,26 @@ class Arena {
     return reinterpret_cast<void*>(p);
   }
 
-  void Free(void* p) {
+  void Free(void* p, size_t bytes) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(p);
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = regions_.upper_bound(at);
-    if (it == regions_.begin()) return;  // not ours: cannot happen through the allocator
+    if (it == regions_.begin() || at >= std::prev(it)->second.begin + std::prev(it)->second.bytes ||
+        std::prev(it)->second.live == 0) {
+      std::fprintf(stderr, "hetero: weight arena: freeing %p, which it did not allocate\n", p);
+      std::abort();
+    }
     --it;
     Region& r = it->second;
-    if (at >= r.begin + r.bytes || --r.live > 0) return;
+    if (--r.live > 0) {
+      // The region lives on (another model's copies may share it): give back the whole
+      // huge pages the freed copy covered. Partly covered ones stay, so neighbours keep
+      // their huge pages.
+      const uintptr_t begin = (at + kHugePage - 1) / kHugePage * kHugePage;
+      const uintptr_t end = (at + bytes) / kHugePage * kHugePage;
+      if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+      return;
+    }
     if (&r == current_) current_ = nullptr;
     ::munmap(reinterpret_cast<void*>(r.begin), r.bytes);
     mapped_ -= r.bytes;
@@ -77,7 +95,9 @@ class Arena {
     bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     // Mapped with a huge page to spare, so the region can start on a huge page's boundary
     // (the kernel backs only aligned 2 MiB ranges with huge pages); the ends are given back.
-    void* raw = ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // MAP_NORESERVE: the region's unused tail commits nothing where overcommit is strict.
+    void* raw = ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
     if (raw == MAP_FAILED) return nullptr;
     const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t begin = (start + kHugePage - 1) / kHugePage * kHugePage;
@@ -118,8 +138,7 @@ void FreeWeights(void* p, size_t bytes) {
     ::operator delete(p, std::align_val_t(kAlign));
     return;
   }
-  (void)bytes;
-  TheArena().Free(p);
+  TheArena().Free(p, bytes);
 }
 
 size_t WeightArenaMappedBytes() { return kBypass ? 0 : TheArena().mapped(); }

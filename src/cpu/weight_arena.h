@@ -13,10 +13,13 @@ namespace hetero::internal {
 // are below 2 MiB (an expert of a mixture, a small model's projections), so one mapping per
 // matrix would rarely hold an aligned huge page: they share regions instead.
 //
-// A region is returned to the system when every allocation in it has been freed (models are
-// loaded and dropped whole). Pages are touched only by the caller, so a region's unused
-// tail costs address space, not memory. Thread-safe. Under AddressSanitizer the arena is
-// bypassed (plain operator new), so overruns between neighbouring copies stay detectable.
+// A region is unmapped when every allocation in it has been freed; a freed allocation in a
+// region that lives on gives back the whole huge pages it covered (two models loaded side
+// by side share regions). Space is never reused. Pages are touched only by the caller and
+// regions are mapped MAP_NORESERVE, so a region's unused tail costs address space, not
+// memory. Freeing what the arena did not allocate aborts. Thread-safe. Under
+// AddressSanitizer the arena is bypassed (plain operator new), so overruns between
+// neighbouring copies stay detectable.
 void* AllocateWeights(size_t bytes);
 void FreeWeights(void* p, size_t bytes);
 // The bytes the arena holds mapped now (0 where it is bypassed): for tests and diagnostics.
