@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -62,13 +61,13 @@ class Arena {
   void Free(void* p, size_t bytes) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(p);
     std::lock_guard<std::mutex> lock(mutex_);
+    // The region starting at or before p; a region whose last copy was freed is gone, so a
+    // second free of it lands here too.
     auto it = regions_.upper_bound(at);
-    if (it == regions_.begin() || at >= std::prev(it)->second.begin + std::prev(it)->second.bytes ||
-        std::prev(it)->second.live == 0) {
+    if (it == regions_.begin() || at >= (--it)->second.begin + it->second.bytes) {
       std::fprintf(stderr, "hetero: weight arena: freeing %p, which it did not allocate\n", p);
       std::abort();
     }
-    --it;
     Region& r = it->second;
     if (--r.live > 0) {
       // The region lives on (another model's copies may share it): give back the whole
