@@ -181,6 +181,42 @@ BENCHMARK(BM_QuantGemv)
     ->Args({8, 49152, 576, 2, 2})->Args({14, 49152, 1024, 2, 2})->Args({12, 49152, 1024, 2, 2})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The same products with the weights in the L2 cache (one copy of about 256 KiB, one
+// thread): the kernels' compute ceiling in weight bytes per second per core. Where it is
+// not well above the memory rate per core (BM_MemoryRead/threads:1/mib:256), decode from
+// memory is bound by the kernel's instructions rather than by the reads.
+void BM_QuantGemvInCache(benchmark::State& state) {
+  ThreadPool pool(1);
+  const ScopedThreadPool use_pool(&pool);
+  const auto type = static_cast<TensorType>(state.range(0));
+  const int k = 1024;
+  const TensorTypeTraits& traits = GetTensorTypeTraits(type);
+  const size_t row_bytes = static_cast<size_t>(k / traits.block_size) * traits.type_size;
+  const int n = static_cast<int>((size_t{256} << 10) / row_bytes) / 16 * 16;
+  const bool two_passes = state.range(1) == 2;
+  const std::vector<uint8_t> blocks = RandomBlocks(type, n, k);
+  const QuantizedWeights weights = QuantizedWeights::FromBlocks(type, n, k, blocks.data());
+  const std::vector<float> x = RandomFloats(k);
+  std::vector<float> y(n);
+  QuantizedActivations a;
+  for (auto _ : state) {
+    if (two_passes) {
+      a.QuantizeWithRemainder(x.data(), 1, k, k);
+    } else {
+      a.Quantize(x.data(), 1, k, k);
+    }
+    QuantMatmul(weights, a, y.data(), n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(blocks.size()));
+  state.SetLabel(TensorTypeName(type));
+}
+BENCHMARK(BM_QuantGemvInCache)
+    ->ArgNames({"type", "passes"})
+    ->ArgsProduct({{2, 3, 8, 12, 13, 14}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // A mixture of experts' decode step at granite-3.0-1b-a400m's shape (hidden 1024, experts
 // of FFN 512, 8 chosen per token): every chosen expert's gate and up in one parallel step,
 // then their downs, as src/cpu/experts.cc runs them. The experts are drawn at random from
@@ -327,6 +363,71 @@ void BM_ByteProductCeiling(benchmark::State& state) {
   state.SetLabel(q8 ? "Q8_0 mix" : "Q4_0 mix");
 }
 BENCHMARK(BM_ByteProductCeiling)->ArgName("type")->Arg(2)->Arg(8)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// Which other instructions the AVX-512 kernels' vpdpbusd competes with for issue: per
+// iteration 8 independent 512-bit vpdpbusd, alone (mix 0) or with 8 independent 512-bit
+// instructions of one other kind: vfmadd231ps (1), vcvtdq2ps (2), vpandd (3), vpsrlw (4),
+// vpmovzxbd from memory (5), vpbroadcastd from memory (6). Written in assembly so that the
+// compiler neither merges nor reorders them; the memory operands are one cached stack line.
+// Where vpdpbusd/s drops with a mix against mix 0, that instruction takes the vpdpbusd's
+// execution units: what each step of a kernel's epilogue costs in products, on this core.
+#define HETERO_EIGHT(op, dst) op(dst, 16) op(dst, 17) op(dst, 18) op(dst, 19) op(dst, 20) op(dst, 21) op(dst, 22) op(dst, 23)
+#define HETERO_DPBUSD(unused, r) "vpdpbusd %%zmm30, %%zmm31, %%zmm" #r "\n\t"
+#define HETERO_OTHER(text, r) text "%%zmm" #r "\n\t"
+#define HETERO_VNNI_CLOBBERS                                                                                     \
+  "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", \
+      "xmm28", "xmm29", "xmm30", "xmm31", "memory"
+#define HETERO_VNNI_MIX(other)                                                                       \
+  asm volatile(HETERO_EIGHT(HETERO_DPBUSD, 0) other : : "r"(line) : HETERO_VNNI_CLOBBERS)
+#define HETERO_MIX_OF(text)                                                                                   \
+  HETERO_OTHER(text, 24) HETERO_OTHER(text, 25) HETERO_OTHER(text, 26) HETERO_OTHER(text, 27)                 \
+  HETERO_OTHER(text, 28) HETERO_OTHER(text, 29) HETERO_OTHER(text, 24) HETERO_OTHER(text, 25)
+template <int kMix>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void VnniIssueMix(int64_t iterations) {
+  alignas(64) const uint8_t line[64] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int64_t i = 0; i < iterations; ++i) {
+    if constexpr (kMix == 0) HETERO_VNNI_MIX("");
+    if constexpr (kMix == 1) HETERO_VNNI_MIX(HETERO_MIX_OF("vfmadd231ps %%zmm30, %%zmm31, "));
+    if constexpr (kMix == 2) HETERO_VNNI_MIX(HETERO_MIX_OF("vcvtdq2ps %%zmm30, "));
+    if constexpr (kMix == 3) HETERO_VNNI_MIX(HETERO_MIX_OF("vpandd %%zmm30, %%zmm31, "));
+    if constexpr (kMix == 4) HETERO_VNNI_MIX(HETERO_MIX_OF("vpsrlw $4, %%zmm30, "));
+    if constexpr (kMix == 5) HETERO_VNNI_MIX(HETERO_MIX_OF("vpmovzxbd 16(%0), "));
+    if constexpr (kMix == 6) HETERO_VNNI_MIX(HETERO_MIX_OF("vpbroadcastd 4(%0), "));
+  }
+}
+
+void BM_VnniIssueMix(benchmark::State& state) {
+  const CpuInfo& cpu = DetectCpu();
+  if (!cpu.avx512f || !cpu.avx512bw || !cpu.avx512_vnni) {
+    state.SkipWithError("needs AVX-512 VNNI");
+    return;
+  }
+  constexpr int64_t kIterations = 1 << 16;
+  const int mix = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    switch (mix) {
+      case 0: VnniIssueMix<0>(kIterations); break;
+      case 1: VnniIssueMix<1>(kIterations); break;
+      case 2: VnniIssueMix<2>(kIterations); break;
+      case 3: VnniIssueMix<3>(kIterations); break;
+      case 4: VnniIssueMix<4>(kIterations); break;
+      case 5: VnniIssueMix<5>(kIterations); break;
+      default: VnniIssueMix<6>(kIterations); break;
+    }
+  }
+  state.counters["Gvpdpbusd/s"] = benchmark::Counter(8.0 * kIterations * state.iterations(),
+                                                     benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  static const char* const kNames[] = {"alone", "+vfmadd231ps", "+vcvtdq2ps", "+vpandd",
+                                       "+vpsrlw", "+vpmovzxbd", "+vpbroadcastd"};
+  state.SetLabel(kNames[mix]);
+}
+BENCHMARK(BM_VnniIssueMix)->ArgName("mix")->DenseRange(0, 6)->Unit(benchmark::kMicrosecond)->UseRealTime();
+#undef HETERO_MIX_OF
+#undef HETERO_VNNI_MIX
+#undef HETERO_VNNI_CLOBBERS
+#undef HETERO_OTHER
+#undef HETERO_DPBUSD
+#undef HETERO_EIGHT
 #endif  // __x86_64__
 
 // The transient bf16 copy of a native matrix that the prompt GEMM path makes.
