@@ -4,7 +4,8 @@
 # logits: an independent check that hetero reads each architecture's file layout as the
 # ecosystem does. Needs hetero built (build/bin/moe_peer_greedy) and a llama.cpp source tree
 # built with CMake into LLAMA_DIR/build.
-#   bash scripts/moe_peer_check.sh LLAMA_DIR [HETERO_BUILD_DIR]
+#   bash scripts/moe_peer_check.sh LLAMA_DIR [HETERO_BUILD_DIR]   (from the repository root;
+#   HETERO_BUILD_DIR defaults to build)
 # Exit 0 when every prompt's tokens are equal up to the first step whose top-2 margin is
 # below 1e-3 (a near-tie, where f16 KV rounding may pick either).
 set -euo pipefail

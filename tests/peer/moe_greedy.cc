@@ -71,7 +71,12 @@ int Run(const std::string& arch, const std::string& path) {
   CpuBackend& b = **backend;
   for (const std::vector<int32_t>& prompt : kPrompts) {
     std::vector<float> logits(o.n_vocab);
-    const SequenceId seq = *b.NewSequence();
+    absl::StatusOr<SequenceId> sequence = b.NewSequence();
+    if (!sequence.ok()) {
+      std::fprintf(stderr, "%s\n", sequence.status().ToString().c_str());
+      return 1;
+    }
+    const SequenceId seq = *sequence;
     if (absl::Status s = b.Prefill(seq, prompt, absl::MakeSpan(logits)); !s.ok()) {
       std::fprintf(stderr, "%s\n", s.ToString().c_str());
       return 1;
