@@ -18,9 +18,10 @@ libs="$llama/build/bin"
 [ -e "$libs/libllama.so" ] || libs="$llama/build/src"
 g++ -std=c++17 -O2 -I"$llama/include" -I"$llama/ggml/include" "$here/moe_peer_check/llama_greedy.cc" \
   -o "$work/llama_greedy" -L"$libs" -lllama -Wl,-rpath,"$libs"
+prompts=(1,17,42,99 200,3,3,128,77,5 9)  # token ids; the files' vocabulary is 256
 for arch in granitemoe olmoe qwen2moe qwen3moe; do
-  "$build/bin/moe_peer_greedy" "$arch" "$work/$arch.gguf" > "$work/hetero_$arch.txt"
-  "$work/llama_greedy" "$work/$arch.gguf" > "$work/llama_$arch.txt" 2> "$work/llama_$arch.log" || {
+  "$build/bin/moe_peer_greedy" "$arch" "$work/$arch.gguf" "${prompts[@]}" > "$work/hetero_$arch.txt"
+  "$work/llama_greedy" "$work/$arch.gguf" "${prompts[@]}" > "$work/llama_$arch.txt" 2> "$work/llama_$arch.log" || {
     echo "$arch: llama.cpp failed:"; grep -i error "$work/llama_$arch.log" || tail -5 "$work/llama_$arch.log"; exit 1; }
 done
 python3 - "$work" <<'PY'

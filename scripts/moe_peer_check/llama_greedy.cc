@@ -1,16 +1,27 @@
-// llama_greedy FILE.gguf: llama.cpp's side of scripts/moe_peer_check.sh. For the prompts of
-// tests/peer/moe_greedy.cc (keep them equal), the logits after the prompt ("all" line) and
-// 16 greedy tokens with each step's top-2 margin ("tokens" line), in that program's format.
+// llama_greedy FILE.gguf PROMPT...: llama.cpp's side of scripts/moe_peer_check.sh. For each
+// PROMPT (token ids separated by commas), the logits after the prompt ("all" line) and 16
+// greedy tokens with each step's top-2 margin ("tokens" line), as tests/peer/moe_greedy.cc
+// prints them.
 // Built against a llama.cpp checkout by the script; uses only llama.h.
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "llama.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: llama_greedy FILE.gguf\n");
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: llama_greedy FILE.gguf PROMPT...\n");
     return 2;
+  }
+  std::vector<std::vector<llama_token>> prompts;
+  for (int i = 2; i < argc; ++i) {
+    std::vector<llama_token> ids;
+    std::stringstream list(argv[i]);
+    for (std::string id; std::getline(list, id, ',');) ids.push_back(std::atoi(id.c_str()));
+    prompts.push_back(ids);
   }
   llama_backend_init();
   llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
@@ -19,7 +30,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-  const std::vector<std::vector<llama_token>> prompts = {{1, 17, 42, 99}, {200, 3, 3, 128, 77, 5}, {9}};
   for (std::vector<llama_token> prompt : prompts) {
     llama_context_params params = llama_context_default_params();
     params.n_ctx = 256;

@@ -332,11 +332,12 @@ void QuantizedActivations::QuantizeWithRemainder(const float* x, int n_rows, int
   with_remainder = true;
   Resize(2 * n_rows, n_cols);
   const size_t width = static_cast<size_t>(n_cols);
-  if (!HaveAvx512Vnni()) remainder_input.resize(static_cast<size_t>(n_rows) * width);
+  const bool one_pass = HaveAvx512Vnni();  // both rows from one pass over x
+  if (!one_pass) remainder_input.resize(static_cast<size_t>(n_rows) * width);
   // One step per input row (decode's single row runs inline, no hand-off to the threads).
   ParallelFor(n_rows, ThreadPool::Schedule::kStatic, [&](int m) {
     const float* src = x + static_cast<size_t>(m) * ld;
-    if (HaveAvx512Vnni()) {
+    if (one_pass) {
       internal::QuantizeRowWithRemainderAvx512(src, *this, m);
       return;
     }
@@ -471,19 +472,28 @@ int WorkItems(const QuantizedWeights& w) {
   return w.packed_rows / QuantizedWeights::kGroupRows + (w.n - w.packed_rows);
 }
 
+// Whether work item i runs an AVX-512 group kernel (QuantGroupAvx512 or
+// QuantBlockGroupAvx512). Those add a remainder pair's products themselves as they store
+// (StoreTileRows); every other kernel writes both rows, which RunWorkItemAndSum then sums.
+bool RunsAvx512GroupKernel(const QuantizedWeights& w, int i) {
+  return HaveAvx512Vnni() && !w.packed.empty() && i < w.packed_rows / QuantizedWeights::kGroupRows;
+}
+
 void RunWorkItem(const QuantizedWeights& w, const QuantizedActivations& a, int i, float* y, int ldy) {
   const bool classic = IsClassicFormat(w.type);
+  if (RunsAvx512GroupKernel(w, i)) {
+    if (classic) {
+      internal::QuantGroupAvx512(w, i, a, y, ldy);
+    } else {
+      internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
+    }
+    return;
+  }
   const bool simd = HaveAvx512Vnni() && classic;
   const int groups = w.packed_rows / QuantizedWeights::kGroupRows;
-  if (!w.packed.empty() && i < groups) {
+  if (!w.packed.empty() && i < groups) {  // no AVX-512 VNNI here: the AVX2 group kernels
     if (classic) {
-      if (HaveAvx512Vnni()) {
-        internal::QuantGroupAvx512(w, i, a, y, ldy);
-      } else {
-        internal::QuantGroupAvx2(w, i, a, y, ldy);
-      }
-    } else if (HaveAvx512Vnni()) {
-      internal::QuantBlockGroupAvx512(w, i, a, y, ldy);
+      internal::QuantGroupAvx2(w, i, a, y, ldy);
     } else {
       internal::QuantBlockGroupAvx2(w, i, a, y, ldy);
     }
@@ -508,19 +518,11 @@ std::pair<int, int> ItemOutputs(const QuantizedWeights& w, int i) {
   return {j, j + 1};
 }
 
-// Whether work item i's kernel adds a remainder pair's products itself (StoreTileRows):
-// RunWorkItem's packed groups with AVX-512 VNNI go to QuantGroupAvx512 or
-// QuantBlockGroupAvx512, which do; the others write both rows. A kernel added to that branch
-// must store through StoreTileRows too.
-bool KernelSumsPairs(const QuantizedWeights& w, int i) {
-  return HaveAvx512Vnni() && !w.packed.empty() && i < w.packed_rows / QuantizedWeights::kGroupRows;
-}
-
 // RunWorkItem, then, where `a` holds remainders and the kernel leaves both rows, the sum of
 // each row's two products, from `pairs` (a.rows x w.n, this product's own) into y.
 void RunWorkItemAndSum(const QuantizedWeights& w, const QuantizedActivations& a, int i, float* y, int ldy,
                        float* pairs) {
-  if (!a.with_remainder || KernelSumsPairs(w, i)) {
+  if (!a.with_remainder || RunsAvx512GroupKernel(w, i)) {
     RunWorkItem(w, a, i, y, ldy);
     return;
   }

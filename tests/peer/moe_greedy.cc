@@ -1,7 +1,7 @@
-// moe_peer_greedy ARCH OUT.gguf: writes a tiny F16 mixture-of-experts model of ARCH
-// (granitemoe, olmoe, qwen2moe, qwen3moe) in shapes llama.cpp loads, then prints, for three
-// fixed prompts of token ids, hetero's f32 CPU logits after the prompt ("all" line) and 16
-// greedy tokens with each step's top-2 margin ("tokens" line). scripts/moe_peer_check.sh
+// moe_peer_greedy ARCH OUT.gguf PROMPT...: writes a tiny F16 mixture-of-experts model of ARCH
+// (granitemoe, olmoe, qwen2moe, qwen3moe) in shapes llama.cpp loads, then prints, for each
+// PROMPT (token ids separated by commas, e.g. 1,17,42), hetero's f32 CPU logits after the
+// prompt ("all" line) and 16 greedy tokens with each step's top-2 margin ("tokens" line). scripts/moe_peer_check.sh
 // runs llama.cpp on the same file and compares: an independent check that the file layout
 // is read as the ecosystem reads it (docs/PERFORMANCE.md, "Mixtures of experts read as
 // llama.cpp reads them"). Not a test: it needs a llama.cpp build.
@@ -9,8 +9,11 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "hetero/model.h"
 #include "src/cpu/cpu_backend.h"
 #include "tests/support/tiny_model.h"
@@ -18,9 +21,8 @@
 namespace hetero {
 namespace {
 
-// The prompts scripts/moe_peer_check/llama_greedy.cc feeds llama.cpp; keep them equal.
-const std::vector<std::vector<int32_t>> kPrompts = {{1, 17, 42, 99}, {200, 3, 3, 128, 77, 5}, {9}};
 constexpr int kSteps = 16;
+constexpr int kVocab = 256;
 
 testing::TinyModelOptions OptionsFor(const std::string& arch) {
   testing::TinyModelOptions o;
@@ -30,7 +32,7 @@ testing::TinyModelOptions OptionsFor(const std::string& arch) {
   o.n_heads = 4;
   o.n_kv_heads = 2;
   o.n_ff = 96;
-  o.n_vocab = 256;
+  o.n_vocab = kVocab;
   o.n_experts = 8;
   o.n_experts_used = 2;
   o.n_ff_expert = 64;
@@ -50,7 +52,7 @@ testing::TinyModelOptions OptionsFor(const std::string& arch) {
   return o;
 }
 
-int Run(const std::string& arch, const std::string& path) {
+int Run(const std::string& arch, const std::string& path, const std::vector<std::vector<int32_t>>& prompts) {
   const testing::TinyModelOptions o = OptionsFor(arch);
   testing::GgufBuilder builder = testing::TinyModelBuilder(o);
   builder.AddString("tokenizer.ggml.model", "none");  // token ids only
@@ -69,7 +71,7 @@ int Run(const std::string& arch, const std::string& path) {
     return 1;
   }
   CpuBackend& b = **backend;
-  for (const std::vector<int32_t>& prompt : kPrompts) {
+  for (const std::vector<int32_t>& prompt : prompts) {
     std::vector<float> logits(o.n_vocab);
     absl::StatusOr<SequenceId> sequence = b.NewSequence();
     if (!sequence.ok()) {
@@ -106,9 +108,22 @@ int Run(const std::string& arch, const std::string& path) {
 }  // namespace hetero
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: moe_peer_greedy granitemoe|olmoe|qwen2moe|qwen3moe OUT.gguf\n");
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: moe_peer_greedy granitemoe|olmoe|qwen2moe|qwen3moe OUT.gguf PROMPT...\n");
     return 2;
   }
-  return hetero::Run(argv[1], argv[2]);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 3; i < argc; ++i) {
+    std::vector<int32_t> ids;
+    for (absl::string_view id : absl::StrSplit(argv[i], ',')) {
+      int value = 0;
+      if (!absl::SimpleAtoi(id, &value) || value < 0 || value >= hetero::kVocab) {
+        std::fprintf(stderr, "bad prompt \"%s\": token ids in [0, %d) separated by commas\n", argv[i], hetero::kVocab);
+        return 2;
+      }
+      ids.push_back(value);
+    }
+    prompts.push_back(std::move(ids));
+  }
+  return hetero::Run(argv[1], argv[2], prompts);
 }
